@@ -1,0 +1,136 @@
+"""The values callgate passes around: calls, decisions, results, taint and events.
+
+Models that cross a trust boundary (calls from an agent, policy pieces) are pydantic models that
+reject unknown fields and wrong types. ``Event`` is a plain slotted dataclass because the
+behavioural monitor creates one per call on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Verdict = Literal["allow", "deny", "require-approval"]
+Status = Literal["ok", "error", "denied"]
+
+#: Taint sources callgate knows; custom source names are allowed too.
+KNOWN_TAINT_SOURCES: tuple[str, ...] = (
+    "web",
+    "rag",
+    "email",
+    "retrieved-doc",
+    "model-generated",
+    "user-provided",
+    "tool-output",
+)
+#: Sources whose content an attacker may control.
+UNTRUSTED_SOURCES: frozenset[str] = frozenset({"web", "rag", "email", "retrieved-doc"})
+
+
+class StrictModel(BaseModel):
+    """Base for validated models: unknown fields and wrong types are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+
+
+class TaintLabel(StrictModel):
+    """Provenance of a piece of data: where it came from. Labels are never removed."""
+
+    source: str = Field(min_length=1, max_length=64)
+    origin: str = ""
+    confidence: float = Field(default=1.0, ge=0.0, le=1.0)
+    propagated_from: str | None = None
+
+
+class ToolCall(StrictModel):
+    """What an agent asks for. ``id``, ``run_id`` and ``sequence`` are assigned by the kernel."""
+
+    tool: str = Field(min_length=1, max_length=256)
+    tool_class: str = Field(min_length=1, max_length=64)
+    action: str = Field(min_length=1, max_length=64)
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    taint: tuple[TaintLabel, ...] = ()
+    token: str | None = None
+    id: str = ""
+    run_id: str = ""
+    sequence: int = 0
+    timestamp: str = ""
+    principal: str = ""
+
+    def taint_sources(self) -> frozenset[str]:
+        return frozenset(label.source for label in self.taint)
+
+
+class Reason(StrictModel):
+    """Why a decision went the way it did: the id of the rule or check, and a sentence."""
+
+    id: str
+    check: str
+    message: str
+
+
+class Witness(StrictModel):
+    """The offending events of a behavioural violation (sequence numbers from 1)."""
+
+    statement: str
+    events: tuple[int, ...] = ()
+    detail: str = ""
+
+
+class Decision(StrictModel):
+    """A verdict with its reasons. Deciding never raises: errors become a deny with a reason."""
+
+    verdict: Verdict
+    reasons: tuple[Reason, ...] = ()
+    witness: Witness | None = None
+    call_id: str = ""
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict == "allow"
+
+    def summary(self) -> str:
+        why = "; ".join(f"[{r.id}] {r.message}" for r in self.reasons) or "no reason"
+        return f"{self.verdict}: {why}"
+
+
+class ToolResult(StrictModel):
+    """What came back from executing an allowed call."""
+
+    call_id: str
+    status: Status
+    output: Any = None
+    error: str | None = None
+    taint: tuple[TaintLabel, ...] = ()
+    duration_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """A value of this event that appeared verbatim in the output of an earlier event."""
+
+    arg: str
+    source_event: int
+    taint: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A typed event of a trace: Vigil's <action, named args, status, output> plus taint.
+
+    ``seq`` numbers events from 1 after abstraction; ``line`` is the trace line (1-based) the
+    event came from, when it came from a file.
+    """
+
+    action: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    status: Status = "ok"
+    output: str = ""
+    taint: frozenset[str] = frozenset()
+    seq: int = 0
+    line: int | None = None
+    derived: bool = False
+    flows: tuple[Flow, ...] = ()

@@ -1,0 +1,196 @@
+"""The policy file's schema: principal, capabilities, rules, tool policies, run state, behaviour.
+
+Only ``name`` and ``version`` are required. Unknown keys and wrong types are errors; the YAML
+loader (``_loader``) turns each validation error into a file:line:column problem.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from callgate._model import StrictModel, Verdict
+
+Risk = Literal["low", "medium", "high", "critical"]
+RISK_ORDER: dict[str, int] = {"low": 0, "medium": 1, "high": 2, "critical": 3}
+
+_Count = Annotated[int, Field(ge=0)]
+_Positive = Annotated[int, Field(gt=0)]
+
+
+def _as_list(value: Any) -> Any:
+    """Accept a single string where a list of strings is expected."""
+    return [value] if isinstance(value, str) else value
+
+
+class CapabilityConstraints(StrictModel):
+    """Limits on a capability. An absent constraint does not limit; an empty list allows none."""
+
+    allowed_hosts: tuple[str, ...] | None = None
+    allowed_paths: tuple[str, ...] | None = None
+    allowed_commands: tuple[str, ...] | None = None
+    allowed_databases: tuple[str, ...] | None = None
+    allowed_tables: tuple[str, ...] | None = None
+    max_calls_per_minute: _Positive | None = None
+
+
+class Capability(StrictModel):
+    """A grant of a tool class (and some or all of its actions) to a principal."""
+
+    tool_class: str = Field(min_length=1)
+    actions: tuple[str, ...] = ()
+    constraints: CapabilityConstraints = CapabilityConstraints()
+
+    _norm_actions = field_validator("actions", mode="before")(_as_list)
+
+    def covers_action(self, action: str) -> bool:
+        return not self.actions or action in self.actions
+
+
+class Principal(StrictModel):
+    """The agent identity the kernel acts for, with its grants (no ambient authority)."""
+
+    name: str = Field(min_length=1)
+    capabilities: tuple[Capability, ...] = ()
+
+
+class ParamMatch(StrictModel):
+    """A condition on one parameter of a call (regexes are checked for catastrophic forms)."""
+
+    pattern: str | None = None
+    in_: tuple[str, ...] | None = Field(default=None, alias="in")
+    not_in: tuple[str, ...] | None = None
+
+
+class RuleMatch(StrictModel):
+    """What a rule applies to. Every given field must match; list fields match any element."""
+
+    tool: tuple[str, ...] | None = None
+    tool_class: tuple[str, ...] | None = None
+    action: tuple[str, ...] | None = None
+    taint_sources: tuple[str, ...] | None = None
+    parameters: dict[str, ParamMatch] = Field(default_factory=dict)
+
+    _norm = field_validator("tool", "tool_class", "action", "taint_sources", mode="before")(
+        _as_list
+    )
+
+
+class Rule(StrictModel):
+    """A priority rule: lower priority numbers are evaluated first, first match wins."""
+
+    id: str = Field(min_length=1)
+    priority: int = Field(default=500, ge=0, le=999)
+    match: RuleMatch = RuleMatch()
+    decision: Verdict
+    reason: str = ""
+    name: str | None = None
+    description: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+class FilesystemPolicy(StrictModel):
+    """Declared filesystem stance. ``None`` = unspecified; an empty list = none allowed."""
+
+    read: tuple[str, ...] | None = None
+    write: tuple[str, ...] | None = None
+
+
+class NetworkHosts(StrictModel):
+    """A host allow-list. It needs an egress proxy to enforce; see ``ToolPolicy``."""
+
+    hosts: tuple[str, ...]
+    proxy: str | None = None
+
+
+class EnvironmentPolicy(StrictModel):
+    """Environment variables a tool may see."""
+
+    allow: tuple[str, ...] = ()
+
+
+class Limits(StrictModel):
+    """Resource limits for subprocess tools."""
+
+    cpu_seconds: _Positive | None = None
+    memory_mb: _Positive | None = None
+    processes: _Positive | None = None
+    output_kb: _Positive | None = None
+    wall_seconds: _Positive | None = None
+
+
+class ToolConstraints(StrictModel):
+    """When and how often a tool may run within one run."""
+
+    max_invocations: _Count | None = None
+    only_after: tuple[str, ...] = ()
+    forbidden: bool = False
+
+
+class ToolPolicy(StrictModel):
+    """What a declared tool may touch. Unspecified parts are not enforced by the path gate."""
+
+    risk: Risk = "medium"
+    filesystem: FilesystemPolicy | None = None
+    network: Literal["deny", "allow"] | NetworkHosts | None = None
+    environment: Literal["deny"] | EnvironmentPolicy | None = None
+    exec: Literal["allow", "deny"] | None = None
+    constraints: ToolConstraints = ToolConstraints()
+    limits: Limits = Limits()
+    scratch: bool = False
+    working_dir: str | None = None
+    path_params: tuple[str, ...] = ()
+    tool_class: str | None = None
+
+    @model_validator(mode="after")
+    def _hosts_need_a_proxy(self) -> ToolPolicy:
+        # An allow-list nobody enforces would silently act as allow-all (or deny-all): refuse it.
+        if isinstance(self.network, NetworkHosts) and not self.network.proxy:
+            raise ValueError(
+                "network host allow-lists need an egress proxy (network.proxy); without one "
+                "use 'deny' or 'allow'"
+            )
+        return self
+
+
+class RunStateSettings(StrictModel):
+    """Run-level settings: when to quarantine, how long the behavioural window is."""
+
+    quarantine_after_denials: _Positive = 5
+    behavioral_rules: bool = True
+    window: _Positive = 20
+
+
+class BehaviorStatement(StrictModel):
+    """A temporal statement in the behavioural language (parsed by ``callgate.temporal``)."""
+
+    id: str = Field(min_length=1)
+    rule: str = Field(min_length=1)
+    enforce: Literal["block", "alert", "quarantine"] = "block"
+    description: str | None = None
+
+
+class Policy(StrictModel):
+    """A whole policy file."""
+
+    name: str = Field(min_length=1)
+    version: int | str
+    working_dir: str | None = None
+    principal: Principal | None = None
+    rules: tuple[Rule, ...] = ()
+    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+    run_state: RunStateSettings = RunStateSettings()
+    behavior: tuple[BehaviorStatement, ...] = ()
+    @model_validator(mode="after")
+    def _ids_are_unique(self) -> Policy:
+        for kind, ids in (
+            ("rule", [r.id for r in self.rules]),
+            ("behavior statement", [b.id for b in self.behavior]),
+        ):
+            seen: set[str] = set()
+            for ident in ids:
+                if ident in seen:
+                    raise ValueError(f"duplicate {kind} id {ident!r}")
+                seen.add(ident)
+        return self
