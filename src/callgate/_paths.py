@@ -1,0 +1,393 @@
+"""The path gate: find the paths in a call's arguments, canonicalise them, match them to globs.
+
+Every path a call names is reduced to one canonical form (``canonical``: ``~`` expanded,
+``file://`` stripped, joined to the working directory, symlinks and ``..`` resolved by
+``os.path.realpath``) and that form is what the globs judge, so ``./data/../../etc/passwd`` and a
+symlink ``./data/etc -> /etc`` are judged where they really lead. The executor must open the same
+canonical form it was checked as; a symlink swapped in between check and use is the OS sandbox's
+job, not this module's.
+
+Compared with an absolute-paths-only gate this one also checks relative paths (every call carries
+a working directory here), ``~`` and ``file://`` forms, and strings nested at any depth in the
+arguments, while ordinary text that merely holds a slash ("and/or") is left alone.
+
+Glob syntax: ``**`` is zero or more whole segments (``./data/**`` matches ``./data`` itself and
+everything below it), ``*`` and ``?`` stay within one segment, ``[abc]``, ``[a-z]`` and ``[!abc]``
+are classes. Hidden files are not special. Compiled globs are cached; the literal prefix of a glob
+is resolved with ``realpath`` once, when it is first compiled.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+from urllib.parse import unquote, urlsplit
+
+from callgate._errors import CallgateError
+
+Intent = Literal["read", "write"]
+
+#: Parameter names whose string values are paths even when relative.
+PATH_PARAM_NAMES: frozenset[str] = frozenset(
+    {
+        "path", "paths", "file", "files", "file_path", "filepath", "filename", "filenames",
+        "dir", "dirs", "directory", "directories", "src", "source", "sources", "dest",
+        "destination", "target", "output", "out", "cwd", "root",
+    }
+)  # fmt: skip
+_PATH_SUFFIXES: tuple[str, ...] = ("_path", "_paths", "_file", "_files", "_dir", "_dirs")
+_WRITE_NAMES: frozenset[str] = frozenset({"dest", "destination", "output", "out", "target"})
+_WRITE_PREFIXES: tuple[str, ...] = ("write", "out", "dest", "save")
+_READ_NAMES: frozenset[str] = frozenset({"src", "source", "sources", "input"})
+_MAX_DEPTH = 32
+_GLOB_CHARS = frozenset("*?[")
+
+
+class PathRejected(CallgateError):  # noqa: N818 - reads as "the path was rejected"
+    """A path argument cannot be canonicalised safely; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class PathArg(NamedTuple):
+    """One path found in a call's arguments: where it was, what it said, read or write."""
+
+    key: str
+    value: str
+    intent: Intent
+
+
+@dataclass(frozen=True, slots=True)
+class PathVerdict:
+    """The first path argument that is not allowed, with the sentence that says why."""
+
+    key: str
+    value: str
+    resolved: str | None
+    intent: Intent
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Glob:
+    """A compiled glob: its canonical literal root and a regex over canonical absolute paths."""
+
+    pattern: str
+    root: str
+    _regex: re.Pattern[str]
+
+    def matches(self, abs_path: str) -> bool:
+        """Whether a canonical absolute path (as ``canonical`` returns) matches this glob."""
+        return self._regex.fullmatch(abs_path) is not None
+
+
+# --------------------------------------------------------------------------- canonical forms
+
+
+def _home() -> str:
+    return os.path.expanduser("~")
+
+
+def _expand_user(path: str) -> str:
+    # Only "~" and "~/..." name the home directory: "~user" is left literal (relative), so the
+    # result never depends on the password database of the machine.
+    if path == "~" or path.startswith("~/"):
+        return _home() + path[1:]
+    return path
+
+
+def _strip_file_url(path: str) -> str:
+    try:
+        parts = urlsplit(path)
+    except ValueError as exc:
+        raise PathRejected(f"malformed file URL {path!r}") from exc
+    host = parts.netloc.lower()
+    if host not in ("", "localhost"):
+        raise PathRejected(f"file URL {path!r} names a remote host {parts.netloc!r}")
+    if parts.query or parts.fragment:
+        raise PathRejected(f"file URL {path!r} has a query or fragment")
+    local = unquote(parts.path, errors="strict")
+    if not local.startswith("/"):
+        raise PathRejected(f"file URL {path!r} does not hold an absolute path")
+    return local
+
+
+def _check_text(path: str) -> None:
+    if not path:
+        raise PathRejected("empty path")
+    if "\x00" in path:
+        raise PathRejected(f"path {path!r} contains a NUL byte")
+    if "\\" in path:
+        # POSIX treats a backslash as an ordinary character, Windows and some tools as a
+        # separator: "..\\..\\etc\\passwd" would mean one thing here and another there.
+        raise PathRejected(f"path {path!r} contains a backslash, which is ambiguous")
+
+
+def _real_dir(working_dir: str) -> str:
+    base = _expand_user(working_dir)
+    if not os.path.isabs(base):
+        raise PathRejected(f"working directory {working_dir!r} is not absolute")
+    return os.path.realpath(base)
+
+
+def _absolute(path: str, working_dir: str) -> str:
+    """Steps of ``canonical`` before symlink resolution: text checks, URL, ``~``, join."""
+    _check_text(path)
+    if path[:5].lower() == "file:":
+        try:
+            path = _strip_file_url(path)
+        except UnicodeDecodeError as exc:
+            raise PathRejected(f"file URL {path!r} is not valid percent-encoded UTF-8") from exc
+        _check_text(path)
+    path = _expand_user(path)
+    if os.path.isabs(path):
+        return os.path.normpath(path)
+    return os.path.normpath(os.path.join(_real_dir(working_dir), path))
+
+
+def canonical(path: str, working_dir: str) -> str:
+    """The one canonical absolute form of ``path``: the form the gate checks and the executor uses.
+
+    Expands ``~``, strips ``file://`` (percent-decoded; a non-local host is refused), joins a
+    relative path to ``working_dir`` and resolves symlinks and ``..`` with ``realpath``.
+    Raises ``PathRejected`` for NUL bytes, backslashes, empty paths and unusable file URLs.
+    """
+    absolute = _absolute(path, working_dir)
+    try:
+        return os.path.realpath(absolute)
+    except (OSError, ValueError) as exc:  # e.g. lone surrogates the filesystem cannot encode
+        raise PathRejected(f"path {path!r} cannot be resolved: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- globs
+
+
+def _segment_regex(segment: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(segment):
+        char = segment[i]
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[" and (end := _class_end(segment, i)) > 0:
+            out.append(_class_regex(segment[i + 1 : end]))
+            i = end
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return "".join(out)
+
+
+def _class_regex(body: str) -> str:
+    """A regex class for a glob class body; every member is escaped, and "/" never matches."""
+    negate = body[:1] in ("!", "^")
+    if negate:
+        body = body[1:]
+    members: list[str] = []
+    i = 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            members.append(f"{re.escape(body[i])}-{re.escape(body[i + 2])}")
+            i += 3
+        else:
+            members.append(re.escape(body[i]) if body[i] != "-" else "\\-")
+            i += 1
+    return f"[^/{''.join(members)}]" if negate else f"(?!/)[{''.join(members)}]"
+
+
+def _class_end(segment: str, start: int) -> int:
+    """Index of the ``]`` closing a class opened at ``start``, or -1 if it is a literal ``[``."""
+    i = start + 1
+    if i < len(segment) and segment[i] in "!^":
+        i += 1
+    if i < len(segment) and segment[i] == "]":
+        i += 1  # a leading "]" is a member, as in fnmatch
+    end = segment.find("]", i)
+    return end
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_glob(pattern: str, working_dir: str) -> Glob:
+    """Compile ``pattern`` (relative ones against ``working_dir``, ``~`` as home) to a ``Glob``.
+
+    The literal prefix (the segments before the first wildcard) is resolved with ``realpath``,
+    the same as candidate paths, so ``/tmp/x/**`` works when ``/tmp`` is a symlink.
+    Raises ``PathRejected`` for a pattern that cannot be made absolute or holds ``..`` after a
+    wildcard (which would make the glob's reach depend on the tree it matches).
+    """
+    absolute = _absolute(pattern, working_dir)
+    segments = [s for s in absolute.split("/") if s]
+    split = next((n for n, s in enumerate(segments) if _GLOB_CHARS & set(s)), len(segments))
+    rest = segments[split:]
+    if ".." in rest or "." in rest:
+        raise PathRejected(f"glob {pattern!r} has '.' or '..' after a wildcard")
+    root = os.path.realpath("/" + "/".join(segments[:split]))
+    regex = [re.escape(root) if root != "/" else ""]
+    for segment in rest:
+        regex.append("(?:/[^/]+)*" if segment == "**" else "/" + _segment_regex(segment))
+    if root == "/" and all(s == "**" for s in rest):
+        regex.append("|/")  # the filesystem root itself, which has no segment to match
+    try:
+        compiled = re.compile("".join(regex))
+    except re.error as exc:
+        raise PathRejected(f"glob {pattern!r} is malformed: {exc}") from exc
+    return Glob(pattern=pattern, root=root, _regex=compiled)
+
+
+# --------------------------------------------------------------------------- finding paths
+
+
+def _is_path_name(name: str, extra: frozenset[str]) -> bool:
+    lowered = name.lower()
+    return lowered in PATH_PARAM_NAMES or lowered in extra or lowered.endswith(_PATH_SUFFIXES)
+
+
+def _intent_of(name: str, default: Intent) -> Intent:
+    lowered = name.lower()
+    if lowered in _WRITE_NAMES or lowered.startswith(_WRITE_PREFIXES):
+        return "write"
+    if lowered in _READ_NAMES:
+        return "read"
+    return default
+
+
+def _looks_like_path(text: str) -> bool:
+    """Whether free text is clearly a path: absolute, ``~``, ``file:``, ``./`` or ``../``."""
+    return (
+        text.startswith(("/", "~/", "./", "../"))
+        or text in ("~", ".", "..")
+        or text[:5].lower() == "file:"
+    )
+
+
+def _as_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return os.fsdecode(value)
+    if isinstance(value, os.PathLike):
+        return os.fsdecode(os.fspath(value))
+    return None
+
+
+class _Finder:
+    """One walk over a call's parameters; ``name`` is the nearest enclosing dict key."""
+
+    def __init__(self, extra: frozenset[str], default_intent: Intent) -> None:
+        self.extra = extra
+        self.default_intent = default_intent
+        self.found: list[PathArg] = []
+
+    def walk(self, value: Any, key: str, name: str, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            raise PathRejected(f"parameters nest deeper than {_MAX_DEPTH} levels at {key!r}")
+        if isinstance(value, Mapping):
+            for raw_name, child in value.items():
+                child_name = str(raw_name)
+                child_key = f"{key}.{child_name}" if key else child_name
+                self.walk(child, child_key, child_name, depth + 1)
+        elif isinstance(value, list | tuple | set | frozenset):
+            for index, child in enumerate(value):
+                self.walk(child, f"{key}[{index}]", name, depth + 1)
+        elif (text := _as_text(value)) is not None:
+            self.visit(text, key, name)
+
+    def visit(self, text: str, key: str, name: str) -> None:
+        named = bool(name) and _is_path_name(name, self.extra)
+        stripped = text.strip()
+        intent = _intent_of(name, self.default_intent)
+        if (named and text) or _looks_like_path(text):
+            self.found.append(PathArg(key, text, intent))
+        # A tool that strips its input would open " /etc/passwd" as "/etc/passwd": check both.
+        if stripped != text and stripped and (named or _looks_like_path(stripped)):
+            self.found.append(PathArg(key, stripped, intent))
+
+
+def path_arguments(
+    parameters: Mapping[str, Any],
+    extra_path_params: Iterable[str] = (),
+    default_intent: Intent = "read",
+) -> list[PathArg]:
+    """Every path in ``parameters``, nested ones included, with its key path and intent.
+
+    A string is a path when it is absolute, starts with ``~/``, ``./``, ``../`` or ``file:``, or is
+    the value of a path-named parameter (``PATH_PARAM_NAMES``, names ending in ``_path``,
+    ``_file``, ``_dir`` and their plurals, plus ``extra_path_params``), even when relative. Items
+    of a list take the name of the key holding the list. The intent is "write" for write-named
+    keys (``dest``, ``output``, ``target``, ``write…``, ``out…``), "read" for source-named keys
+    (``src``, ``source``, ``input``) and ``default_intent`` (the action's intent) otherwise.
+    Raises ``PathRejected`` when the parameters nest deeper than the walk will follow.
+    """
+    finder = _Finder(frozenset(p.lower() for p in extra_path_params), default_intent)
+    finder.walk(parameters, "", "", 0)
+    return finder.found
+
+
+# --------------------------------------------------------------------------- checking
+
+
+def _allowed_by(resolved: str, patterns: Sequence[str], working_dir: str) -> bool:
+    return any(compile_glob(p, working_dir).matches(resolved) for p in patterns)
+
+
+def _check_one(
+    arg: PathArg,
+    allowed_read: Sequence[str] | None,
+    allowed_write: Sequence[str] | None,
+    working_dir: str,
+) -> PathVerdict | None:
+    if arg.intent == "write":
+        if allowed_write is None:
+            return None
+        patterns: Sequence[str] = allowed_write
+    else:
+        if allowed_read is None:
+            return None
+        # A read is allowed by the write globs too: a tool allowed to write a file could read it
+        # back anyway by writing and reopening it, so denying the read would protect nothing.
+        patterns = [*allowed_read, *(allowed_write or ())]
+    try:
+        resolved = canonical(arg.value, working_dir)
+        lexical = _absolute(arg.value, working_dir)
+        if _allowed_by(resolved, patterns, working_dir):
+            return None
+    except PathRejected as exc:
+        return PathVerdict(arg.key, arg.value, None, arg.intent, exc.reason)
+    purpose = " for writing" if arg.intent == "write" else ""
+    if lexical != resolved:
+        reason = (
+            f"path {arg.value} resolves through a symlink to {resolved}, outside the allowed "
+            f"paths{purpose}"
+        )
+    elif arg.value != resolved:
+        reason = f"path {resolved} (from {arg.value}) is outside the allowed paths{purpose}"
+    else:
+        reason = f"path {resolved} is outside the allowed paths{purpose}"
+    return PathVerdict(arg.key, arg.value, resolved, arg.intent, reason)
+
+
+def check_paths(
+    args: Iterable[PathArg],
+    allowed_read: Sequence[str] | None,
+    allowed_write: Sequence[str] | None,
+    working_dir: str,
+) -> PathVerdict | None:
+    """``None`` when every path argument is allowed, else the first offending one with a reason.
+
+    A glob list of ``None`` is unspecified and not checked; an empty list allows nothing. Writes
+    need a write glob; reads are allowed by read globs and by write globs. Any failure to
+    canonicalise a path or compile a glob denies (fail closed).
+    """
+    for arg in args:
+        verdict = _check_one(arg, allowed_read, allowed_write, working_dir)
+        if verdict is not None:
+            return verdict
+    return None
