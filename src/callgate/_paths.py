@@ -136,7 +136,7 @@ def _real_dir(working_dir: str) -> str:
     return os.path.realpath(base)
 
 
-def _absolute(path: str, working_dir: str) -> str:
+def _absolute(path: str, working_dir: str, normalize: bool = True) -> str:
     """Steps of ``canonical`` before symlink resolution: text checks, URL, ``~``, join."""
     _check_text(path)
     if path[:5].lower() == "file:":
@@ -146,9 +146,9 @@ def _absolute(path: str, working_dir: str) -> str:
             raise PathRejected(f"file URL {path!r} is not valid percent-encoded UTF-8") from exc
         _check_text(path)
     path = _expand_user(path)
-    if os.path.isabs(path):
-        return os.path.normpath(path)
-    return os.path.normpath(os.path.join(_real_dir(working_dir), path))
+    if not os.path.isabs(path):
+        path = os.path.join(_real_dir(working_dir), path)
+    return os.path.normpath(path) if normalize else path
 
 
 def canonical(path: str, working_dir: str) -> str:
@@ -223,12 +223,13 @@ def compile_glob(pattern: str, working_dir: str) -> Glob:
     Raises ``PathRejected`` for a pattern that cannot be made absolute or holds ``..`` after a
     wildcard (which would make the glob's reach depend on the tree it matches).
     """
-    absolute = _absolute(pattern, working_dir)
+    absolute = _absolute(pattern, working_dir, normalize=False)
     segments = [s for s in absolute.split("/") if s]
     split = next((n for n, s in enumerate(segments) if _GLOB_CHARS & set(s)), len(segments))
     rest = segments[split:]
     if ".." in rest or "." in rest:
         raise PathRejected(f"glob {pattern!r} has '.' or '..' after a wildcard")
+    # realpath resolves ".." in the literal prefix the way the kernel would (after symlinks).
     root = os.path.realpath("/" + "/".join(segments[:split]))
     regex = [re.escape(root) if root != "/" else ""]
     for segment in rest:
