@@ -1,0 +1,24 @@
+"""The tamper-evident audit log: a SHA-256 hash chain in SQLite, with signed checkpoints.
+
+``AuditStore`` is what the kernel writes to; ``verify_file`` checks a log without opening it for
+writing; the chain and checkpoint functions are pure and shared by every store.
+"""
+
+from callgate.audit.chain import GENESIS_HASH, canonical_json, sha256_hex
+from callgate.audit.checkpoint import Checkpoint, generate_keypair, public_key_of
+from callgate.audit.store import AuditRecord, AuditStore, Durability, verify_file
+from callgate.audit.verify import VerifyReport
+
+__all__ = [
+    "GENESIS_HASH",
+    "AuditRecord",
+    "AuditStore",
+    "Checkpoint",
+    "Durability",
+    "VerifyReport",
+    "canonical_json",
+    "generate_keypair",
+    "public_key_of",
+    "sha256_hex",
+    "verify_file",
+]
