@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Verdict = Literal["allow", "deny", "require-approval"]
 Status = Literal["ok", "error", "denied"]
@@ -59,6 +59,14 @@ class ToolCall(StrictModel):
     sequence: int = 0
     timestamp: str = ""
     principal: str = ""
+
+    @field_validator("taint", mode="before")
+    @classmethod
+    def _names_are_labels(cls, value: Any) -> Any:
+        # The wire format may give taint as bare source names: ["web", "email"].
+        if isinstance(value, list | tuple):
+            return [{"source": v} if isinstance(v, str) else v for v in value]
+        return value
 
     def taint_sources(self) -> frozenset[str]:
         return frozenset(label.source for label in self.taint)

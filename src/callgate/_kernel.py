@@ -1,0 +1,503 @@
+"""The kernel: one fail-closed pipeline that every tool call passes, in a fixed order.
+
+    validate → run state → capability → tool policy → taint → rules → behaviour
+    → audit decision → (approval) → execute → label output → audit result → run state
+
+The order is a security property: nothing executes before its decision is in the audit log, and
+a quarantined run is stopped before any grant or rule is consulted. Each step returns ``None``
+(go on) or a ``Reason`` (stop with deny); only the rules step can produce another verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from callgate._capabilities import CapabilityToken, RateLimiter, check_grants, issue_token
+from callgate._errors import AuditError, CallgateError, Denied, ExecutorError
+from callgate._model import Decision, Reason, TaintLabel, ToolCall, ToolResult
+from callgate._paths import PathRejected, canonical, path_arguments
+from callgate._policy import CapabilityConstraints, Policy, ToolPolicy
+from callgate._rules import RuleSet
+from callgate._runstate import (
+    BEHAVIOURAL_RULES,
+    READ_ONLY_ACTIONS,
+    Quarantine,
+    RunState,
+    Signal,
+    signals_of,
+)
+from callgate._taint import TaintTracker, is_untrusted
+from callgate._toolpolicy import check_stance, check_usage
+from callgate._tools import tool_decorator
+from callgate.audit import AuditStore
+
+log = logging.getLogger("callgate")
+
+ApprovalHandler = Callable[[ToolCall, Decision], bool]
+Executor = Callable[[ToolCall], Any]
+
+MAX_PARAMETER_BYTES = 1 << 20
+MAX_PARAMETER_DEPTH = 32
+
+
+def _deny(reason_id: str, check: str, message: str) -> Reason:
+    return Reason(id=reason_id, check=check, message=message)
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    if level > MAX_PARAMETER_DEPTH:
+        return level
+    if isinstance(value, Mapping):
+        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
+    if isinstance(value, list | tuple):
+        return max((_depth(v, level + 1) for v in value), default=level + 1)
+    return level
+
+
+def policy_hash(policy: Policy) -> str:
+    """SHA-256 of the policy's canonical JSON: which policy was in force."""
+    body = json.dumps(policy.model_dump(mode="json", by_alias=True), sort_keys=True,
+                      separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+class Kernel:
+    """Mediates every tool call of one agent run. Thread-safe: calls are decided one at a time.
+
+    ``policy`` is a ``Policy`` (or anything with a ``.policy`` attribute, such as a loaded file);
+    ``working_dir`` defaults to the policy's ``working_dir``, then the current directory.
+    """
+
+    def __init__(self, policy: Policy | Any, *, audit: str | os.PathLike[str] | AuditStore | None
+                 = None, working_dir: str | os.PathLike[str] | None = None,
+                 approval_handler: ApprovalHandler | None = None, approval_timeout_s: float = 60.0,
+                 run_id: str | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.policy: Policy = policy if isinstance(policy, Policy) else policy.policy
+        wd = working_dir or self.policy.working_dir or os.getcwd()
+        self.working_dir = os.path.realpath(os.fspath(wd))
+        self.run_id = run_id or "run_" + uuid.uuid4().hex
+        self.policy_hash = policy_hash(self.policy)
+        self._principal = self.policy.principal.name if self.policy.principal else "anonymous"
+        self._grants = self.policy.principal.capabilities if self.policy.principal else ()
+        self._tools: dict[str, ToolPolicy] = dict(self.policy.tools)
+        self._rules = RuleSet(self.policy.rules)
+        self._taint = TaintTracker()
+        settings = self.policy.run_state
+        self._state = RunState(quarantine_after=settings.quarantine_after_denials,
+                               window=settings.window,
+                               rules=BEHAVIOURAL_RULES if settings.behavioral_rules else ())
+        self._limiter = RateLimiter()
+        self._tokens: dict[str, CapabilityToken] = {}
+        self._approval = approval_handler
+        self._approval_timeout = approval_timeout_s
+        self._clock = clock
+        self._seq = 0
+        self._invoked: Counter[str] = Counter()
+        self._completed: Counter[str] = Counter()
+        self._executors: dict[str, Executor] = {}
+        self._lock = threading.RLock()
+        self._ended = False
+        self._pending_grant: int | None = None
+        self._pending_quarantine: Quarantine | None = None
+        self._audit = self._open_audit(audit)
+
+    # -- public API -------------------------------------------------------------------------
+
+    @property
+    def run_state(self) -> RunState:
+        """Counters, signal window and quarantine of this run."""
+        return self._state
+
+    @property
+    def taint(self) -> frozenset[str]:
+        """Every taint source this run has seen."""
+        return self._taint.sources
+
+    def check(self, call: ToolCall | Mapping[str, Any]) -> Decision:
+        """Decide a call and record it in the run as attempted. Never raises on a deny."""
+        with self._lock:
+            decision, normalized = self._decide(call)
+            if normalized is not None and decision.verdict != "deny":
+                self._assume_ran(normalized)
+            return decision
+
+    def execute(self, call: ToolCall | Mapping[str, Any],
+                executor: Executor | None = None) -> ToolResult:
+        """Decide, consult the approval handler if needed, then run. Raises ``Denied``."""
+        with self._lock:
+            decision, normalized = self._decide(call)
+            if decision.verdict == "require-approval" and normalized is not None:
+                decision = self._ask_approval(normalized, decision)
+            if decision.verdict != "allow" or normalized is None:
+                raise Denied(decision)
+            run = executor or self._executor_for(normalized)
+            return self._run(normalized, run)
+
+    def register_executor(self, key: str, executor: Executor) -> None:
+        """Route calls of a tool name or tool class to ``executor``."""
+        self._executors[key] = executor
+
+    def declare_tool(self, name: str, policy: ToolPolicy) -> None:
+        """Declare an in-process tool's policy (a policy file's declaration cannot be replaced)."""
+        if name in self.policy.tools and self.policy.tools[name] != policy:
+            raise CallgateError(f"tool {name!r} is already declared by the policy file")
+        self._tools[name] = policy
+
+    def tool(self, name: str | None = None, *, policy: ToolPolicy | None = None,
+             tool_class: str | None = None, action: str = "call") -> Callable[[Any], Any]:
+        """Decorator: declare an in-process tool whose every call goes through this kernel."""
+        return tool_decorator(self, name, policy, tool_class, action)
+
+    def tool_policy(self, name: str) -> ToolPolicy | None:
+        return self._tools.get(name)
+
+    def issue_token(self, tool_class: str, *, actions: list[str] | None = None,
+                    constraints: CapabilityConstraints | None = None, ttl_s: float = 300.0,
+                    max_uses: int | None = None) -> CapabilityToken:
+        """Issue a capability token from the principal's grants; raises ``Denied`` if none."""
+        with self._lock:
+            request = Signal("capability_request", tool_class, self._seq)
+            escalation = self._state.match_sequence([request])
+            self._state.observe([request])
+            result: CapabilityToken | str
+            if escalation is not None:
+                rule, first = escalation
+                q = self._state.enter_quarantine("behavioral", rule.id, rule.reason,
+                                                 (first.seq, self._seq))
+                self._record_system("quarantine", q.as_payload())
+                result = f"{rule.reason}; the run is quarantined"
+            elif self._state.quarantined:
+                result = "the run is quarantined: no capability is issued"
+            else:
+                result = issue_token(self._principal, self._grants, tool_class, actions,
+                                     constraints, ttl_s, max_uses, self._clock())
+            if isinstance(result, str):
+                rid = escalation[0].id if escalation else "capability.token-denied"
+                decision = Decision(verdict="deny", reasons=(_deny(rid, "capability", result),))
+                self._record_system("capability-denied", {"tool_class": tool_class,
+                                                          "reason": result})
+                self._after_deny(decision, tool_class, self._seq, capability=True)
+                raise Denied(decision)
+            self._tokens[result.id] = result
+            return result
+
+    def register_token(self, token: CapabilityToken) -> None:
+        """Make a token produced by ``CapabilityToken.narrow`` usable in calls."""
+        with self._lock:
+            root: CapabilityToken | None = token
+            while root is not None and root.parent is not None:
+                root = root.parent
+            if root is None or root.id not in self._tokens:
+                raise CallgateError("token was not issued by this kernel")
+            self._tokens[token.id] = token
+
+    def end_run(self) -> list[Any]:
+        """Close the run: judge open obligations and record the run's end."""
+        with self._lock:
+            if not self._ended:
+                self._ended = True
+                if self._audit is not None:
+                    self._audit.end_run(self.run_id)
+            return []
+
+    def close(self) -> None:
+        """End the run (if not ended) and close the audit store."""
+        self.end_run()
+        if self._audit is not None:
+            self._audit.close()
+            self._audit = None
+
+    def __enter__(self) -> Kernel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the pipeline -----------------------------------------------------------------------
+
+    def _decide(self, raw: ToolCall | Mapping[str, Any]) -> tuple[Decision, ToolCall | None]:
+        self._seq += 1
+        try:
+            call_or_reason = self._validate(raw)
+            if isinstance(call_or_reason, Reason):
+                decision = Decision(verdict="deny", reasons=(call_or_reason,))
+                self._audit_decision(_placeholder(raw, self), decision)
+                self._after_deny(decision, _class_of(raw), self._seq)
+                return decision, None
+            call = call_or_reason
+            decision = self._evaluate(call)
+        except Exception as exc:  # noqa: BLE001 - any internal error is a deny with its reason
+            log.exception("internal error while deciding")
+            decision = Decision(verdict="deny", reasons=(
+                _deny("internal.error", "kernel", f"{type(exc).__name__}: {exc}"),))
+            call = _placeholder(raw, self)
+        decision = self._audit_decision(call, decision)
+        self._update_state(call, decision)
+        return decision, call
+
+    def _evaluate(self, call: ToolCall) -> Decision:
+        for step in (self._step_run_state, self._step_capability, self._step_tool_policy):
+            reason = step(call)
+            if reason is not None:
+                return Decision(verdict="deny", reasons=(reason,), call_id=call.id)
+        taint = self._step_taint(call)
+        decision = self._step_rules(call, taint)
+        if decision.verdict == "deny":
+            return decision
+        behaviour = self._step_behaviour(call, taint)
+        return behaviour if behaviour is not None else decision
+
+    def _validate(self, raw: ToolCall | Mapping[str, Any]) -> ToolCall | Reason:
+        data = raw.model_dump() if isinstance(raw, ToolCall) else dict(raw)
+        declared = self._tools.get(str(data.get("tool", "")))
+        if "tool_class" not in data and declared is not None and declared.tool_class:
+            data["tool_class"] = declared.tool_class
+        try:
+            size = len(json.dumps(data.get("parameters", {}), default=str))
+        except (TypeError, ValueError) as exc:
+            return _deny("input.invalid", "validate", f"parameters are not serialisable: {exc}")
+        if size > MAX_PARAMETER_BYTES:
+            return _deny("input.too-large", "validate",
+                         f"parameters are {size} bytes, over the limit of {MAX_PARAMETER_BYTES}")
+        if _depth(data.get("parameters", {})) > MAX_PARAMETER_DEPTH:
+            return _deny("input.too-deep", "validate",
+                         f"parameters nest deeper than {MAX_PARAMETER_DEPTH} levels")
+        data.update(id=f"{self.run_id}:{self._seq}", run_id=self.run_id, sequence=self._seq,
+                    timestamp=_now_iso(self._clock()), principal=self._principal)
+        try:
+            call = ToolCall.model_validate(data)
+        except ValidationError as exc:
+            return _deny("input.invalid", "validate", _validation_message(exc))
+        return self._canonicalise(call)
+
+    def _canonicalise(self, call: ToolCall) -> ToolCall | Reason:
+        # One canonical path feeds both the checks and the executor: what is checked is what runs.
+        declared = self._tools.get(call.tool)
+        if call.tool_class != "file" and (declared is None or declared.filesystem is None):
+            return call
+        extra = declared.path_params if declared is not None else ()
+        params = dict(call.parameters)
+        try:
+            for arg in path_arguments(call.parameters, extra):
+                if arg.key in params and isinstance(params[arg.key], str):
+                    params[arg.key] = canonical(params[arg.key], self.working_dir)
+        except PathRejected as exc:
+            return _deny("path.rejected", "validate", str(exc))
+        return call.model_copy(update={"parameters": params})
+
+    def _step_run_state(self, call: ToolCall) -> Reason | None:
+        q = self._state.quarantine
+        if q is None or (call.tool_class, call.action) in READ_ONLY_ACTIONS:
+            return None
+        return _deny("run.quarantined", "run-state",
+                     f"run is quarantined ({q.rule_id}: {q.reason}); only read-only actions pass")
+
+    def _step_capability(self, call: ToolCall) -> Reason | None:
+        index, why = check_grants(call, self._grants, self.working_dir, self._limiter)
+        if index is None:
+            rid = "capability.missing" if why.startswith("no capability") else \
+                "capability.constraint"
+            return _deny(rid, "capability", why)
+        if call.token is not None:
+            token = self._tokens.get(call.token)
+            refusal = ("unknown capability token" if token is None
+                       else token.admits(call, self.working_dir, self._clock()))
+            if refusal:
+                return _deny("capability.token", "capability", refusal)
+        self._pending_grant = index
+        return None
+
+    def _step_tool_policy(self, call: ToolCall) -> Reason | None:
+        declared = self._tools.get(call.tool)
+        if declared is None:
+            return None
+        found = check_usage(call, declared, self._completed, self._invoked) or check_stance(
+            call, declared, self.working_dir)
+        return None if found is None else _deny(found[0], "tool-policy", found[1])
+
+    def _step_taint(self, call: ToolCall) -> frozenset[str]:
+        return self._taint.input_taint(call)
+
+    def _step_rules(self, call: ToolCall, taint: frozenset[str]) -> Decision:
+        rule = self._rules.first_match(call, taint)
+        if rule is None:
+            return Decision(verdict="deny", call_id=call.id, reasons=(
+                _deny("default-deny", "rules", "no rule allows this call (deny by default)"),))
+        return Decision(verdict=rule.decision, call_id=call.id, reasons=(
+            Reason(id=rule.id, check="rule", message=rule.reason or rule.decision),))
+
+    def _step_behaviour(self, call: ToolCall, taint: frozenset[str]) -> Decision | None:
+        signals = signals_of(call, taint)
+        found = self._state.match_sequence(signals)
+        if found is None:
+            return None
+        rule, first = found
+        # Recorded after the decision it causes, so the log reads in causal order.
+        self._pending_quarantine = self._state.enter_quarantine(
+            "behavioral", rule.id, rule.reason, (first.seq, call.sequence))
+        return Decision(verdict="deny", call_id=call.id, reasons=(
+            _deny(rule.id, "behavioral", f"{rule.reason}; the run is quarantined"),))
+
+    # -- after the decision -----------------------------------------------------------------
+
+    def _audit_decision(self, call: ToolCall, decision: Decision) -> Decision:
+        if self._audit is None:
+            return decision
+        try:
+            self._audit.record_decision(self.run_id, call, decision)
+        except (AuditError, OSError) as exc:
+            log.error("audit write failed, denying: %s", exc)
+            return Decision(verdict="deny", call_id=call.id, reasons=(
+                _deny("audit.write-failed", "audit", f"the decision could not be audited: {exc}"),))
+        return decision
+
+    def _update_state(self, call: ToolCall, decision: Decision) -> None:
+        self._state.observe(signals_of(call, self._taint.input_taint(call)))
+        if decision.verdict == "deny":
+            capability = any(r.check == "capability" for r in decision.reasons)
+            self._after_deny(decision, call.tool_class, call.sequence, capability)
+        else:
+            if self._pending_grant is not None:
+                self._limiter.hit(self._pending_grant)
+            if call.token is not None and call.token in self._tokens:
+                self._tokens[call.token].use()
+            self._invoked[call.tool] += 1
+        self._pending_grant = None
+        if self._pending_quarantine is not None:
+            self._record_system("quarantine", self._pending_quarantine.as_payload())
+            self._pending_quarantine = None
+
+    def _after_deny(self, decision: Decision, tool_class: str, seq: int,
+                    capability: bool = False) -> None:
+        fresh: Quarantine | None = self._state.note_denied(
+            capability=capability, tool_class=tool_class, seq=seq)
+        if fresh is not None:
+            self._record_system("quarantine", fresh.as_payload())
+
+    def _assume_ran(self, call: ToolCall) -> None:
+        # Deciding without executing (``check``, ``callgate decide``): the call is taken to have
+        # run, and its output to carry its boundary's taint, as it would in the real run.
+        self._completed[call.tool] += 1
+        self._label(call, ())
+
+    def _label(self, call: ToolCall, produced: tuple[TaintLabel, ...]) -> tuple[TaintLabel, ...]:
+        labels = tuple(self._taint.output_labels(call, produced))
+        before = self._taint.sources
+        self._taint.absorb(labels)
+        if is_untrusted(self._taint.sources) and not is_untrusted(before):
+            self._state.note_taint(call.sequence, call.tool_class)
+        return labels
+
+    def _ask_approval(self, call: ToolCall, decision: Decision) -> Decision:
+        granted, why = _ask(self._approval, call, decision, self._approval_timeout)
+        self._record_system("approval", {"call_id": call.id, "granted": granted, "reason": why})
+        if granted:
+            return Decision(verdict="allow", call_id=call.id, reasons=(
+                *decision.reasons, _deny("approval.granted", "approval", why)))
+        denied = Decision(verdict="deny", call_id=call.id, reasons=(
+            *decision.reasons, _deny("approval.denied", "approval", why)))
+        self._after_deny(denied, call.tool_class, call.sequence)
+        return denied
+
+    def _executor_for(self, call: ToolCall) -> Executor:
+        run = self._executors.get(call.tool) or self._executors.get(call.tool_class)
+        if run is None:
+            raise ExecutorError(f"no executor for tool {call.tool!r} ({call.tool_class})")
+        return run
+
+    def _run(self, call: ToolCall, run: Executor) -> ToolResult:
+        started = time.perf_counter()
+        try:
+            output, status, error = run(call), "ok", None
+        except Exception as exc:  # noqa: BLE001 - a failing tool is a result, not a crash
+            output, status, error = None, "error", f"{type(exc).__name__}: {exc}"
+        produced = output.taint if isinstance(output, ToolResult) else ()
+        if isinstance(output, ToolResult):
+            output, status, error = output.output, output.status, output.error
+        labels = self._label(call, tuple(produced))
+        result = ToolResult(call_id=call.id, status=status, output=output, error=error,
+                            taint=labels, duration_ms=(time.perf_counter() - started) * 1000)
+        if status == "ok":
+            self._completed[call.tool] += 1
+        if self._audit is not None:
+            self._audit.record_result(self.run_id, result)
+        return result
+
+    def _record_system(self, kind: str, payload: Mapping[str, Any]) -> None:
+        if self._audit is not None:
+            self._audit.record_system(self.run_id, kind, payload)
+
+    def _open_audit(self, audit: str | os.PathLike[str] | AuditStore | None) -> AuditStore | None:
+        if audit is None:
+            return None
+        store = audit if isinstance(audit, AuditStore) else AuditStore.open(Path(audit))
+        store.start_run(self.run_id, principal=self._principal, policy_name=self.policy.name,
+                        manifest_hash=self.policy_hash,
+                        config={"policy": self.policy.name, "working_dir": self.working_dir})
+        return store
+
+
+def _ask(handler: ApprovalHandler | None, call: ToolCall, decision: Decision,
+         timeout: float) -> tuple[bool, str]:
+    """Run the approval handler with a timeout; no handler, an error or a timeout deny."""
+    if handler is None:
+        return False, "approval required and no approval handler is configured"
+    answer: list[bool] = []
+    failure: list[str] = []
+
+    def ask() -> None:
+        try:
+            answer.append(bool(handler(call, decision)))
+        except Exception as exc:  # noqa: BLE001 - a broken handler must not approve
+            failure.append(f"{type(exc).__name__}: {exc}")
+
+    worker = threading.Thread(target=ask, daemon=True, name="callgate-approval")
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return False, f"approval timed out after {timeout:g}s"
+    if failure:
+        return False, f"approval handler failed: {failure[0]}"
+    return (True, "approved by the approval handler") if answer and answer[0] else (
+        False, "refused by the approval handler")
+
+
+def _class_of(raw: ToolCall | Mapping[str, Any]) -> str:
+    value = raw.tool_class if isinstance(raw, ToolCall) else raw.get("tool_class")
+    return value if isinstance(value, str) else "unknown"
+
+
+def _placeholder(raw: ToolCall | Mapping[str, Any], kernel: Kernel) -> ToolCall:
+    """A well-formed stand-in for an invalid call, so its denial can still be audited."""
+    def text(key: str, default: str) -> str:
+        value = getattr(raw, key, None) if isinstance(raw, ToolCall) else raw.get(key)
+        return value[:256] if isinstance(value, str) and value else default
+
+    return ToolCall(tool=text("tool", "<invalid>"), tool_class=text("tool_class", "unknown"),
+                    action=text("action", "unknown"), id=f"{kernel.run_id}:{kernel._seq}",
+                    run_id=kernel.run_id, sequence=kernel._seq, principal=kernel._principal,
+                    timestamp=_now_iso(time.time()))
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "call"
+        parts.append(f"{where}: {err['msg']}")
+    return "invalid call: " + "; ".join(parts)
+
+
+def _now_iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1e6):06d}Z"

@@ -1,0 +1,170 @@
+"""The ``callgate`` command line: a thin layer over the public API.
+
+Exit codes: 0 done (whatever the verdicts), 1 a check failed (broken audit chain, unsafe trace),
+2 bad input (a policy that does not load, an unreadable file).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+
+from callgate._errors import CallgateError, PolicyError
+from callgate._kernel import Kernel
+from callgate._loader import LoadedPolicy, load_policy
+from callgate._model import Decision
+from callgate.presets import load_preset, preset_names
+
+
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+def load_cli_policy(policy: str | None, preset: str | None) -> LoadedPolicy:
+    """Load ``--policy FILE`` or ``--preset NAME``; a load error exits 2 naming its places."""
+    if (policy is None) == (preset is None):
+        _fail("give exactly one of --policy FILE or --preset NAME")
+    try:
+        if preset is not None:
+            return load_preset(preset)
+        assert policy is not None
+        return load_policy(policy)
+    except PolicyError as exc:
+        _fail(f"policy error:\n{exc}")
+    except CallgateError as exc:
+        _fail(f"error: {exc}")
+    raise AssertionError("unreachable")
+
+
+def decision_json(decision: Decision) -> dict[str, Any]:
+    """A decision as one JSON object: verdict, reasons with ids, witness when there is one."""
+    out: dict[str, Any] = {
+        "verdict": decision.verdict,
+        "reasons": [r.model_dump() for r in decision.reasons],
+    }
+    if decision.witness is not None:
+        out["witness"] = decision.witness.model_dump()
+    return out
+
+
+def read_json_lines(stream: TextIO) -> Iterator[tuple[int, dict[str, Any] | str]]:
+    """Each non-blank line as (line number, object) or (line number, error message)."""
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield number, f"line {number}: not JSON ({exc.msg} at column {exc.colno})"
+            continue
+        if not isinstance(value, dict):
+            yield number, f"line {number}: a call must be a JSON object"
+            continue
+        yield number, value
+
+
+@click.group()
+@click.version_option(package_name="callgate")
+def main() -> None:
+    """callgate: decide, audit and confine the tool calls of AI agents."""
+
+
+_policy_option = click.option("--policy", "policy", type=click.Path(dir_okay=False),
+                              help="Policy YAML file.")
+_preset_option = click.option("--preset", type=click.Choice(preset_names()),
+                              help="A shipped preset instead of a file.")
+
+
+@main.command()
+@_policy_option
+@_preset_option
+@click.option("--audit", "audit_db", type=click.Path(dir_okay=False), help="SQLite audit log.")
+@click.option("--working-dir", type=click.Path(file_okay=False), default=None)
+def decide(policy: str | None, preset: str | None, audit_db: str | None,
+           working_dir: str | None) -> None:
+    """Decide tool calls read as JSON lines on stdin (one run, in order)."""
+    loaded = load_cli_policy(policy, preset)
+    try:
+        kernel = Kernel(loaded, audit=audit_db, working_dir=working_dir)
+    except CallgateError as exc:
+        _fail(f"error: {exc}")
+    with kernel:
+        for _, item in read_json_lines(sys.stdin):
+            if isinstance(item, str):
+                decision = kernel.check({"tool": "<unparsed>", "parameters": {"error": item}})
+                out = decision_json(decision)
+                out["reasons"].insert(0, {"id": "input.not-json", "check": "validate",
+                                          "message": item})
+            else:
+                out = decision_json(kernel.check(item))
+            click.echo(json.dumps(out, sort_keys=True))
+
+
+@main.group()
+def audit() -> None:
+    """Inspect and verify audit logs."""
+
+
+@audit.command("verify")
+@click.argument("db", type=click.Path(dir_okay=False))
+@click.option("--public-key", type=click.Path(dir_okay=False, exists=True),
+              help="Ed25519 public key (raw 32 bytes or PEM) to check signed checkpoints.")
+def audit_verify(db: str, public_key: str | None) -> None:
+    """Recompute the hash chain and every stored column; exit 1 naming the first bad row."""
+    from callgate.audit import AuditStore
+
+    if not Path(db).is_file():
+        _fail(f"error: audit log {db} does not exist")
+    key = Path(public_key).read_bytes() if public_key else None
+    try:
+        with AuditStore.open(db) as store:
+            report = store.verify(public_key=key)
+    except CallgateError as exc:
+        _fail(f"error: {exc}")
+    if report.ok:
+        click.echo(f"ok: {report.checked} records, chain intact")
+        return
+    where = f"{report.table} row {report.row}" if report.table else "log"
+    click.echo(f"BROKEN at {where}: {report.problem}")
+    sys.exit(1)
+
+
+@main.group()
+def policy() -> None:
+    """Work with policy files."""
+
+
+@policy.command("lint")
+@click.argument("file", type=click.Path(dir_okay=False))
+def policy_lint(file: str) -> None:
+    """Load a policy, report errors (exit 2) and risky patterns (as warnings)."""
+    from callgate._lint import lint_policy
+
+    loaded = load_cli_policy(file, None)
+    warnings = lint_policy(loaded.policy)
+    for warning in warnings:
+        click.echo(f"warning: {warning}")
+    p = loaded.policy
+    grants = len(p.principal.capabilities) if p.principal else 0
+    click.echo(f"ok: {file}: {grants} capabilities, {len(p.rules)} rules, {len(p.tools)} tools, "
+               f"{len(p.behavior)} behaviour statements, {len(warnings)} warnings")
+
+
+@main.command()
+@click.option("--audit", "audit_db", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the audit log (default: a fresh file under ./.callgate/).")
+def demo(audit_db: str | None) -> None:
+    """A scripted agent run: prompt injection, credential theft attempt, quarantine, audit."""
+    from callgate._demo import run_demo
+
+    sys.exit(run_demo(audit_db))
+
+
+if __name__ == "__main__":
+    main()
