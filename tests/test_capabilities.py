@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.test_kernel import call, reason_ids
 
 from callgate import CapabilityConstraints, Denied
 from callgate._capabilities import CapabilityToken
 from callgate._kernel import Kernel
 from callgate._loader import parse_policy
-from tests.test_kernel import call, reason_ids
 
 POLICY = parse_policy("""\
 name: tokens
@@ -124,7 +125,7 @@ def test_no_sequence_of_narrowing_ever_widens(tmp_path_factory: pytest.TempPathF
         t = clock.now + dt
         c = k._validate(call("http", action, url=f"https://{host}/"))
         assert not isinstance(c, type(None))
-        for parent, child in zip(chain, chain[1:], strict=False):
+        for parent, child in itertools.pairwise(chain):
             assert child.actions <= parent.actions
             assert child.expires_at <= parent.expires_at
             if child.admits(c, k.working_dir, t) is None:  # type: ignore[arg-type]

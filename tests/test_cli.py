@@ -52,7 +52,8 @@ def test_audit_verify_names_the_tampered_row(workdir: Path) -> None:
                cwd=workdir).returncode == 0
     conn = sqlite3.connect(workdir / "a.db")
     # An attacker with the file drops the append-only triggers, edits, and puts them back.
-    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    triggers = conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
     for name, _ in triggers:
         conn.execute(f"DROP TRIGGER {name}")
     conn.execute("UPDATE events SET verdict = 'allow' WHERE verdict = 'deny' AND rowid = "
@@ -88,8 +89,9 @@ def test_policy_lint_accepts_the_example_and_warns_about_catch_alls(tmp_path: Pa
     assert ok.returncode == 0
     assert "ok:" in ok.stdout
     loose = tmp_path / "loose.yaml"
-    loose.write_text("name: x\nversion: 1\nprincipal: {name: a, capabilities: [{tool_class: shell}]}"
-                     "\nrules:\n  - {id: all, decision: allow}\n  - {id: never, decision: deny}\n")
+    loose.write_text(
+        "name: x\nversion: 1\nprincipal: {name: a, capabilities: [{tool_class: shell}]}\n"
+        "rules:\n  - {id: all, decision: allow}\n  - {id: never, decision: deny}\n")
     proc = run("policy", "lint", str(loose))
     assert proc.returncode == 0
     assert "without any constraint" in proc.stdout

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.test_kernel import call, reason_ids
 
-from callgate import Denied
+from callgate import Denied, _runstate
 from callgate._kernel import Kernel
 from callgate._loader import LoadedPolicy, parse_policy
-from tests.test_kernel import call, reason_ids
 
 OPEN = parse_policy("""\
 name: open
@@ -99,11 +99,8 @@ def test_tainted_database_write_is_caught(kernel: Kernel) -> None:
 
 
 def test_tainted_long_shell_command_is_caught(tmp_path: Path) -> None:
-    # web_taint_sensitive_probe also matches a shell exec after taint; ordering makes it first,
-    # so test the data rule with the probe rule switched off by id order: a policy that keeps
-    # only the data-shaped rule.
-    from callgate import _runstate
-
+    # web_taint_sensitive_probe also matches a shell exec after taint and comes first, so this
+    # test keeps only the data-shaped rule to show that it fires on its own.
     rules = tuple(r for r in _runstate.BEHAVIOURAL_RULES if r.id == "tainted_shell_with_data")
     k = Kernel(OPEN, working_dir=tmp_path)
     k._state = _runstate.RunState(quarantine_after=9, rules=rules)

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from callgate._commands import check_command
 from callgate._hosts import check_host
 from callgate._model import ToolCall
-from callgate._paths import PathRejected, check_paths, path_arguments
+from callgate._paths import Intent, PathRejected, check_paths, path_arguments
 from callgate._policy import Capability, CapabilityConstraints
 
 WRITE_ACTIONS = frozenset({"write", "append", "create", "delete", "remove", "put", "move", "copy",
                            "mkdir", "edit"})
 
 
-def intent_of(action: str) -> str:
+def intent_of(action: str) -> Intent:
     """Whether an action writes (``write``) or only reads (``read``)."""
     return "write" if action in WRITE_ACTIONS else "read"
 
@@ -172,7 +172,7 @@ def _new_token_id() -> str:
     return "cap_" + secrets.token_hex(12)
 
 
-def issue_token(principal: str, grants: Sequence[Capability], tool_class: str,
+def issue_token(principal: str, grants: Sequence[Capability], tool_class: str, *,
                 actions: Sequence[str] | None, constraints: CapabilityConstraints | None,
                 ttl_s: float, max_uses: int | None, now: float) -> CapabilityToken | str:
     """A token for a class the principal holds, or the reason it cannot be issued."""

@@ -181,8 +181,9 @@ class Kernel:
             elif self._state.quarantined:
                 result = "the run is quarantined: no capability is issued"
             else:
-                result = issue_token(self._principal, self._grants, tool_class, actions,
-                                     constraints, ttl_s, max_uses, self._clock())
+                result = issue_token(self._principal, self._grants, tool_class,
+                                     actions=actions, constraints=constraints, ttl_s=ttl_s,
+                                     max_uses=max_uses, now=self._clock())
             if isinstance(result, str):
                 rid = escalation[0].id if escalation else "capability.token-denied"
                 decision = Decision(verdict="deny", reasons=(_deny(rid, "capability", result),))
@@ -238,7 +239,7 @@ class Kernel:
                 return decision, None
             call = call_or_reason
             decision = self._evaluate(call)
-        except Exception as exc:  # noqa: BLE001 - any internal error is a deny with its reason
+        except Exception as exc:
             log.exception("internal error while deciding")
             decision = Decision(verdict="deny", reasons=(
                 _deny("internal.error", "kernel", f"{type(exc).__name__}: {exc}"),))
@@ -421,7 +422,7 @@ class Kernel:
         started = time.perf_counter()
         try:
             output, status, error = run(call), "ok", None
-        except Exception as exc:  # noqa: BLE001 - a failing tool is a result, not a crash
+        except Exception as exc:
             output, status, error = None, "error", f"{type(exc).__name__}: {exc}"
         produced = output.taint if isinstance(output, ToolResult) else ()
         if isinstance(output, ToolResult):
@@ -460,7 +461,7 @@ def _ask(handler: ApprovalHandler | None, call: ToolCall, decision: Decision,
     def ask() -> None:
         try:
             answer.append(bool(handler(call, decision)))
-        except Exception as exc:  # noqa: BLE001 - a broken handler must not approve
+        except Exception as exc:
             failure.append(f"{type(exc).__name__}: {exc}")
 
     worker = threading.Thread(target=ask, daemon=True, name="callgate-approval")

@@ -104,7 +104,7 @@ class Counters:
     sensitive_file_read_attempts: int = 0
 
     def snapshot(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+        return {name: getattr(self, name) for name in self.__slots__}
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,8 @@ class TaintTracker:
             return self._sources
         return self._sources | call.taint_sources()
 
-    def output_labels(self, call: ToolCall, produced: Iterable[TaintLabel] = ()) -> list[TaintLabel]:
+    def output_labels(self, call: ToolCall,
+                      produced: Iterable[TaintLabel] = ()) -> list[TaintLabel]:
         """Labels for a call's output: its inputs' taint, the boundary's, and ``tool-output``."""
         labels = [
             TaintLabel(source=src, origin=origin, propagated_from=call.id)

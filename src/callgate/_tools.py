@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from callgate._errors import ExecutorError
 from callgate._model import ToolCall, ToolResult
 from callgate._policy import ToolPolicy
 
@@ -69,8 +70,6 @@ class Tool(Generic[P, R]):
 
         result: ToolResult = self.kernel.execute(self.call_for(*args, **kwargs), executor=run)
         if result.status != "ok":
-            from callgate._errors import ExecutorError
-
             raise ExecutorError(f"tool {self.name!r} failed: {result.error}")
         return result.output  # type: ignore[no-any-return]
 
