@@ -5,7 +5,8 @@ call, so a pattern that backtracks catastrophically is a denial-of-service hole 
 itself. ``check_regex`` walks the tree ``re``'s own parser builds (so it sees exactly what the
 engine will run, after its optimisations) and refuses:
 
-* patterns longer than ``MAX_PATTERN_LENGTH`` characters or that do not compile;
+* patterns longer than ``MAX_PATTERN_LENGTH`` characters, that do not compile, or whose
+  syntax Python warns will change meaning (``[[``);
 * back-references and conditional groups (they defeat every linear-time argument);
 * a variable quantifier nested under another repeating quantifier, as in ``(a+)+`` or
   ``(a*)*``, unless each iteration of the outer repeat contains a mandatory character that the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -61,8 +63,14 @@ def check_regex(pattern: str) -> str | None:
     if len(pattern) > MAX_PATTERN_LENGTH:
         return f"pattern is {len(pattern)} characters long (at most {MAX_PATTERN_LENGTH})"
     try:
-        re.compile(pattern)
-        tree = _parser.parse(pattern)
+        with warnings.catch_warnings():
+            # Syntax whose meaning Python says will change ("possible nested set") is refused:
+            # a policy must mean the same thing on every interpreter that loads it.
+            warnings.simplefilter("error")
+            re.compile(pattern)
+            tree = _parser.parse(pattern)
+    except (FutureWarning, DeprecationWarning) as exc:
+        return f"pattern uses ambiguous syntax: {exc}"
     except (re.error, RecursionError, OverflowError) as exc:
         return f"pattern does not compile: {exc}"
     checker = _Checker(pattern, tree)
@@ -121,17 +129,36 @@ class _Checker:
         return False
 
     def _check_alternatives(self, branch: Any, follow: frozenset[str]) -> None:
-        starts = []
-        for alt in branch[1]:
-            first, nullable = self.first(alt)
-            starts.append((first | follow) if nullable else first)
-        for i, one in enumerate(starts):
-            for other in starts[i + 1 :]:
-                if one & other:
+        alternatives = list(branch[1])
+        for i, one in enumerate(alternatives):
+            for other in alternatives[i + 1 :]:
+                if self._overlap(one, other, follow):
                     raise _Unsafe(
                         "alternatives under a quantifier can match the same text (as in "
                         "(a|aa)+), which backtracks exponentially"
                     )
+
+    def _overlap(self, one: Sequence[Any], other: Sequence[Any], follow: frozenset[str]) -> bool:
+        """Whether two alternatives can match the same text (then continue the same way)."""
+        left, right = self._fixed(one), self._fixed(other)
+        if left is None or right is None:
+            # Not a plain run of characters: judge by the characters they can start with.
+            starts = []
+            for alt in (one, other):
+                first, nullable = self.first(alt)
+                starts.append(first | follow if nullable else first)
+            return bool(starts[0] & starts[1])
+        short, long = sorted((left, right), key=len)
+        if any(not (a & b) for a, b in zip(short, long, strict=False)):
+            return False  # they part ways at some position
+        return len(short) == len(long) or bool(long[len(short)] & follow)
+
+    def _fixed(self, seq: Sequence[Any]) -> list[frozenset[str]] | None:
+        """The per-position character sets of a run of single characters, else None."""
+        items = _flat(seq)
+        if not all(op in _SINGLE_CHAR for op, _ in items):
+            return None
+        return [self.charset(item) for item in items]
 
     def _is_mandatory_char(self, item: Any) -> bool:
         op, av = item
