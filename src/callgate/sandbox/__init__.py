@@ -1,0 +1,247 @@
+"""The OS sandbox for subprocess tools, derived from the tool's declared policy.
+
+``Sandbox.for_policy`` picks a backend (bubblewrap, then firejail) and refuses to build one
+when neither can start, unless the caller opts out explicitly with ``allow_unconfined=True``;
+the unconfined backend then warns on every run. ``Sandbox.run`` returns a ``SandboxOutcome``:
+when the sandbox stopped something (a write, a read, a connection, a withheld variable, a
+limit) ``confined`` is True and ``reason_id`` / ``reason`` say what, so the kernel records the
+call as a denial rather than as a successful call with an error string.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from callgate._errors import SandboxError
+from callgate._policy import ToolPolicy
+from callgate.sandbox import bwrap, firejail
+from callgate.sandbox._runner import RawRun, run_process
+from callgate.sandbox._spec import SandboxSpec, build_spec, check_supported
+from callgate.sandbox.classify import classify
+from callgate.sandbox.limits import (
+    LimitPlan,
+    PidsCgroup,
+    enter_cgroup_argv,
+    pids_cgroup_base,
+    plan_limits,
+)
+from callgate.sandbox.none import none_argv, warn_unconfined
+
+__all__ = ["BackendName", "Sandbox", "SandboxOutcome", "available_backends"]
+
+BackendName = Literal["auto", "bwrap", "firejail", "none"]
+
+
+@dataclass(frozen=True)
+class SandboxOutcome:
+    """What a sandboxed run did, and whether the sandbox stopped something.
+
+    ``confined`` is True when the sandbox stopped a write, read, connection, withheld variable
+    or limit; the kernel then records a deny with ``reason_id`` and ``reason``.
+    ``exit_code`` is None when the run was killed for a wall-time or output limit.
+    """
+
+    argv: tuple[str, ...]
+    backend: str
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    confined: bool
+    reason: str | None
+    reason_id: str | None
+    duration_ms: float
+
+
+def _problem(name: str) -> str | None:
+    if name == "bwrap":
+        return bwrap.bwrap_usable()
+    if name == "firejail":
+        return firejail.firejail_usable()
+    return None
+
+
+def available_backends() -> list[str]:
+    """The confining backends that can start on this host, best first ("none" is not one)."""
+    return [name for name in ("bwrap", "firejail") if _problem(name) is None]
+
+
+def _choose(backend: BackendName, allow_unconfined: bool) -> str:
+    if backend == "none":
+        if not allow_unconfined:
+            raise SandboxError("backend 'none' runs unconfined; it needs allow_unconfined=True")
+        return "none"
+    names = ("bwrap", "firejail") if backend == "auto" else (backend,)
+    problems = []
+    for name in names:
+        problem = _problem(name)
+        if problem is None:
+            return name
+        problems.append(problem)
+    if backend == "auto" and allow_unconfined:
+        return "none"
+    raise SandboxError("no usable sandbox backend: " + "; ".join(problems))
+
+
+class Sandbox:
+    """A sandbox for one tool: build it with ``for_policy``, then ``run`` commands in it."""
+
+    def __init__(
+        self,
+        policy: ToolPolicy,
+        *,
+        working_dir: str,
+        backend: str,
+        environ: Mapping[str, str],
+        plan: LimitPlan,
+    ) -> None:
+        self.policy = policy
+        self.working_dir = working_dir
+        self.backend = backend
+        self.environ = dict(environ)
+        self.plan = plan
+
+    @classmethod
+    def for_policy(
+        cls,
+        policy: ToolPolicy,
+        *,
+        working_dir: str,
+        backend: BackendName = "auto",
+        allow_unconfined: bool = False,
+        environ: Mapping[str, str] | None = None,
+    ) -> Sandbox:
+        """A sandbox enforcing ``policy``; raises ``SandboxError`` when it cannot be enforced.
+
+        ``environ`` is the environment declared variables are taken from (default: this
+        process's environment, read now). Relative globs resolve against ``working_dir``.
+        """
+        check_supported(policy)
+        chosen = _choose(backend, allow_unconfined)
+        launcher = {"bwrap": bwrap.LAUNCHER_TASKS, "firejail": firejail.LAUNCHER_TASKS}
+        plan = plan_limits(
+            policy.limits,
+            euid=os.geteuid(),
+            cgroup_base=pids_cgroup_base() if policy.limits.processes is not None else None,
+            launcher_tasks=launcher.get(chosen, 0),
+        )
+        env = dict(os.environ) if environ is None else dict(environ)
+        return cls(
+            policy, working_dir=os.path.abspath(working_dir), backend=chosen, environ=env,
+            plan=plan,
+        )
+
+    def _spec(self) -> SandboxSpec:
+        return build_spec(self.policy, working_dir=self.working_dir, environ=self.environ)
+
+    def _wrap(
+        self, spec: SandboxSpec, argv: Sequence[str], *, status_fd: int | None, procs: str | None
+    ) -> list[str]:
+        if not argv:
+            raise SandboxError("an empty command cannot run")
+        prefix = self.plan.prefix
+        if self.backend == "bwrap":
+            wrapped = bwrap.bwrap_argv(spec, argv, prefix=prefix, status_fd=status_fd)
+        elif self.backend == "firejail":
+            wrapped = firejail.firejail_argv(spec, argv, prefix=prefix)
+        else:
+            wrapped = none_argv(argv, prefix=prefix)
+        if procs is not None:
+            wrapped = enter_cgroup_argv(PidsCgroup(os.path.dirname(procs)), wrapped)
+        return wrapped
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """The full wrapped argv ``run`` would start (its cgroup name is a placeholder)."""
+        base = self.plan.cgroup_base
+        procs = None if base is None else os.path.join(base, "run-<id>", "cgroup.procs")
+        return self._wrap(self._spec(), argv, status_fd=None, procs=procs)
+
+    def run(self, argv: Sequence[str], *, stdin: bytes | None = None) -> SandboxOutcome:
+        """Run ``argv`` confined; the outcome says whether the sandbox stopped something."""
+        if self.backend == "none":
+            warn_unconfined(argv)
+        spec = self._spec()
+        cgroup = None
+        if self.plan.cgroup_base is not None and self.plan.max_tasks is not None:
+            cgroup = PidsCgroup.create(self.plan.cgroup_base, self.plan.max_tasks)
+        status_r, status_w = os.pipe() if self.backend == "bwrap" else (-1, -1)
+        try:
+            wrapped = self._wrap(
+                spec,
+                argv,
+                status_fd=status_w if status_w >= 0 else None,
+                procs=cgroup.procs_file if cgroup else None,
+            )
+            raw = self._execute(spec, wrapped, stdin, status_w, cgroup)
+            if status_w >= 0:
+                os.close(status_w)  # our copy: the status pipe reads to EOF once bwrap exits
+                status_w = -1
+            started = self._started(raw, status_r)
+            pids_hit = cgroup.limit_hit() if cgroup else False
+        finally:
+            for fd in (status_r, status_w):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            if cgroup is not None:
+                cgroup.remove()
+        if not started:
+            message = raw.stderr.decode("utf-8", "replace").strip()
+            raise SandboxError(f"the {self.backend} sandbox could not start: {message}")
+        return self._outcome(argv, spec, raw, pids_hit)
+
+    def _execute(
+        self,
+        spec: SandboxSpec,
+        wrapped: list[str],
+        stdin: bytes | None,
+        status_w: int,
+        cgroup: PidsCgroup | None,
+    ) -> RawRun:
+        limits = spec.limits
+        return run_process(
+            wrapped,
+            stdin=stdin,
+            wall_seconds=limits.wall_seconds,
+            output_limit=None if limits.output_kb is None else limits.output_kb * 1024,
+            cwd=None if self.backend == "bwrap" else spec.working_dir,
+            env=dict(spec.env) if self.backend == "none" else {},
+            pass_fds=(status_w,) if status_w >= 0 else (),
+            kill_extra=cgroup.kill_all if cgroup else None,
+        )
+
+    def _started(self, raw: RawRun, status_r: int) -> bool:
+        """bwrap reports the command's exit code on its status fd only if it got to run it."""
+        if self.backend != "bwrap" or raw.killed_for is not None:
+            return True
+        os.set_blocking(status_r, False)
+        status = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(status_r, 4096):
+                status += chunk
+        return b'"exit-code"' in status
+
+    def _outcome(
+        self, argv: Sequence[str], spec: SandboxSpec, raw: RawRun, pids_hit: bool
+    ) -> SandboxOutcome:
+        found = classify(
+            exit_code=raw.exit_code,
+            stderr=raw.stderr,
+            killed_for=raw.killed_for,
+            pids_limit_hit=pids_hit,
+            spec=spec,
+        )
+        return SandboxOutcome(
+            argv=tuple(argv),
+            backend=self.backend,
+            exit_code=raw.exit_code,
+            stdout=raw.stdout,
+            stderr=raw.stderr,
+            confined=found is not None,
+            reason=None if found is None else found.reason,
+            reason_id=None if found is None else found.reason_id,
+            duration_ms=raw.duration_ms,
+        )

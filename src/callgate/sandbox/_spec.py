@@ -1,0 +1,252 @@
+"""From a tool's declared policy to what a sandbox must do: mounts, masks, environment, limits.
+
+This module is pure apart from reading the filesystem to expand globs (and creating missing
+write roots inside the working directory). Backends turn a ``SandboxSpec`` into an argv.
+
+Glob rules (no widening):
+
+* a trailing ``/**`` names the directory before it: ``./build/**`` binds exactly ``./build``;
+* any other wildcard (``/srv/*/out/**``, ``./src/*.py``) is expanded at launch time to the
+  paths that exist then, and each match is bound exactly; paths created later are not covered;
+* relative patterns resolve against the working directory; every root is resolved with
+  ``realpath`` so a symlink cannot point a root somewhere else;
+* a missing write root inside the working directory is created (a build directory often does
+  not exist before the first build); a missing root elsewhere is left out, which can only
+  narrow what the tool may touch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from callgate._errors import SandboxError
+from callgate._policy import Limits, NetworkHosts, ToolPolicy
+
+#: Directories a program needs to load at all; bound read-only whatever the policy says.
+#: They hold code and shared data, not secrets.
+RUNTIME_ROOTS: tuple[str, ...] = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+)
+#: Files a program needs to resolve names when the network is allowed.
+NETWORK_FILES: tuple[str, ...] = (
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+)
+#: Credential directories under a home directory, hidden unless declared by name.
+SENSITIVE_DIRS: tuple[str, ...] = (".ssh", ".aws", ".gnupg")
+#: Files (or directories) whose name starts with this are hidden unless declared by name.
+SENSITIVE_PREFIX = ".env"
+#: How deep and how wide the search for sensitive names below a declared root goes.
+SCAN_DEPTH = 3
+SCAN_BUDGET = 20_000
+
+_WILDCARDS = frozenset("*?[")
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything a backend needs, with every path absolute and resolved."""
+
+    read_roots: tuple[str, ...]
+    write_roots: tuple[str, ...]
+    runtime_roots: tuple[str, ...]
+    masked: tuple[str, ...]
+    env: Mapping[str, str]
+    withheld_env: frozenset[str]
+    network: bool
+    working_dir: str
+    scratch: bool
+    limits: Limits
+
+    def visible(self) -> tuple[str, ...]:
+        """Every root the tool can see, declared or runtime."""
+        return self.runtime_roots + self.read_roots + self.write_roots
+
+
+def _has_wildcard(text: str) -> bool:
+    return any(ch in _WILDCARDS for ch in text)
+
+
+def _absolute(pattern: str, working_dir: str) -> str:
+    expanded = os.path.expanduser(pattern)
+    return os.path.normpath(os.path.join(working_dir, expanded))
+
+
+def literal_root(pattern: str, working_dir: str) -> str:
+    """The path a pattern names once its trailing ``/**`` is removed (not resolved)."""
+    path = _absolute(pattern, working_dir)
+    while path.endswith("/**"):
+        path = path[: -len("/**")] or "/"
+    return "/" if path == "/**" else path
+
+
+def expand_glob(pattern: str, working_dir: str) -> list[str]:
+    """The concrete, resolved paths a pattern covers now; never a parent of a match."""
+    path = literal_root(pattern, working_dir)
+    if not _has_wildcard(path):
+        return [os.path.realpath(path)]
+    matches = glob.glob(path, recursive=True)
+    return sorted({os.path.realpath(match) for match in matches})
+
+
+def is_within(path: str, root: str) -> bool:
+    """True when ``path`` is ``root`` or below it."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _outermost(paths: Iterable[str]) -> tuple[str, ...]:
+    """Drop paths that lie below another path of the same set."""
+    kept: list[str] = []
+    for path in sorted(set(paths), key=lambda p: (p.count("/"), p)):
+        if not any(is_within(path, root) for root in kept):
+            kept.append(path)
+    return tuple(sorted(kept))
+
+
+def _write_roots(patterns: Iterable[str], working_dir: str) -> tuple[str, ...]:
+    roots: list[str] = []
+    for pattern in patterns:
+        for path in expand_glob(pattern, working_dir):
+            if not os.path.lexists(path) and is_within(path, working_dir):
+                try:
+                    os.makedirs(path, exist_ok=True)
+                except OSError as exc:
+                    raise SandboxError(f"cannot create write root {path}: {exc}") from exc
+            if os.path.exists(path):
+                roots.append(path)
+    return _outermost(roots)
+
+
+def _read_roots(patterns: Iterable[str], working_dir: str, writes: tuple[str, ...]) -> tuple[
+    str, ...
+]:
+    found = [p for pattern in patterns for p in expand_glob(pattern, working_dir)]
+    present = [p for p in found if os.path.exists(p)]
+    return tuple(p for p in _outermost(present) if not any(is_within(p, w) for w in writes))
+
+
+def _is_sensitive_name(name: str) -> bool:
+    return name in SENSITIVE_DIRS or name.startswith(SENSITIVE_PREFIX)
+
+
+def _scan(root: str, budget: list[int]) -> list[str]:
+    """Sensitive names at most ``SCAN_DEPTH`` levels below ``root``, within a shared budget."""
+    found: list[str] = []
+    frontier = [(root, 0)]
+    while frontier and budget[0] > 0:
+        directory, depth = frontier.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            budget[0] -= 1
+            if _is_sensitive_name(entry.name):
+                found.append(entry.path)
+            elif depth + 1 < SCAN_DEPTH and entry.is_dir(follow_symlinks=False):
+                frontier.append((entry.path, depth + 1))
+    return found
+
+
+def _homes(environ: Mapping[str, str]) -> set[str]:
+    homes = {"/root"}
+    # No user database is not fatal: HOME and the scan below still find credentials.
+    with contextlib.suppress(OSError):
+        homes.update(entry.pw_dir for entry in pwd.getpwall() if entry.pw_dir not in ("", "/"))
+    if environ.get("HOME"):
+        homes.add(environ["HOME"])
+    return {os.path.realpath(home) for home in homes}
+
+
+def sensitive_paths(
+    declared: tuple[str, ...], environ: Mapping[str, str]
+) -> tuple[str, ...]:
+    """Credential paths inside the declared roots that were not declared by name.
+
+    A path is declared by name when a declared root is that path or lies below it; a root
+    above it (``~/**``) does not name it.
+    """
+    candidates: set[str] = set()
+    for home in _homes(environ):
+        for name in SENSITIVE_DIRS:
+            candidates.add(os.path.join(home, name))
+    budget = [SCAN_BUDGET]
+    for root in declared:
+        if os.path.isdir(root):
+            candidates.update(_scan(root, budget))
+    # A symlinked credential directory is masked where it really is; if that place is not
+    # visible the link already dangles inside the sandbox.
+    resolved = {os.path.realpath(path) for path in candidates if os.path.lexists(path)}
+    return tuple(
+        sorted(
+            path
+            for path in resolved
+            if any(is_within(path, root) for root in declared)
+            and not any(is_within(root, path) for root in declared)
+        )
+    )
+
+
+def _environment(
+    policy: ToolPolicy, environ: Mapping[str, str]
+) -> tuple[dict[str, str], frozenset[str]]:
+    env_policy = policy.environment
+    allowed: tuple[str, ...] = () if env_policy in (None, "deny") else env_policy.allow  # type: ignore[union-attr]
+    env = {name: environ[name] for name in allowed if name in environ}
+    return env, frozenset(name for name in environ if name not in env)
+
+
+def check_supported(policy: ToolPolicy) -> None:
+    """Refuse policies the sandbox cannot enforce, before anything runs."""
+    if isinstance(policy.network, NetworkHosts):
+        raise SandboxError(
+            "a network host allow-list cannot be enforced by the OS sandbox (it cannot force "
+            "traffic through the egress proxy); declare network 'deny' or 'allow'"
+        )
+    if policy.exec == "deny":
+        raise SandboxError("the tool declares exec: deny; a subprocess tool needs exec: allow")
+
+
+def build_spec(
+    policy: ToolPolicy, *, working_dir: str, environ: Mapping[str, str]
+) -> SandboxSpec:
+    """Resolve a tool policy into a ``SandboxSpec`` (globs are expanded now)."""
+    check_supported(policy)
+    cwd = os.path.realpath(os.path.join(working_dir, policy.working_dir or "."))
+    fs = policy.filesystem
+    writes = _write_roots(fs.write or () if fs else (), cwd)
+    reads = _read_roots(fs.read or () if fs else (), cwd, writes)
+    network = policy.network == "allow"
+    runtime = RUNTIME_ROOTS + (NETWORK_FILES if network else ())
+    runtime_present = tuple(p for p in runtime if os.path.lexists(p))
+    env, withheld = _environment(policy, environ)
+    return SandboxSpec(
+        read_roots=reads,
+        write_roots=writes,
+        runtime_roots=runtime_present,
+        masked=sensitive_paths(reads + writes, environ),
+        env=env,
+        withheld_env=withheld,
+        network=network,
+        working_dir=cwd,
+        scratch=policy.scratch,
+        limits=policy.limits,
+    )

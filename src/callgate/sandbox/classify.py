@@ -1,0 +1,192 @@
+"""Turn what a confined run left behind into a confinement reason (a denial), or None.
+
+The signals, in the order they are checked:
+
+* the runner killed the tool: wall time (``sandbox.limit.wall``) or output size
+  (``sandbox.limit.output``);
+* the tool died of ``SIGXCPU`` (exit status 128+24 from the launcher, or -24):
+  ``sandbox.limit.cpu``;
+* the pids cgroup counted a refused fork, or stderr shows a refused fork ("Cannot fork",
+  "Resource temporarily unavailable") while a process limit is declared:
+  ``sandbox.limit.processes``;
+* stderr shows an allocation failure ("Cannot allocate memory", ``MemoryError``) while a memory
+  limit is declared: ``sandbox.limit.memory``;
+* stderr shows ``EROFS`` ("Read-only file system") on a path: ``sandbox.write``;
+* stderr shows ``EACCES`` ("Permission denied") on a masked credential path, or ``ENOENT``
+  (bwrap) / ``EACCES`` (firejail) on a path that exists on the host but is outside every
+  visible root: ``sandbox.read``;
+* with the network unshared, stderr shows ``ENETUNREACH`` / ``ECONNREFUSED`` / a failed name
+  lookup: ``sandbox.network``;
+* stderr shows a missing variable (``KeyError: 'X'``, "X: parameter not set", "X: unbound
+  variable") for a variable that exists on the host but was withheld: ``sandbox.environment``.
+
+A tool that swallows its errors is still confined; it is just not reported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from callgate.sandbox._spec import SandboxSpec, is_within
+
+_EXIT_SIGXCPU = 128 + signal.SIGXCPU
+_PATH = re.compile(r"(?:(?<=[\s'\"`‘(])|^)(/[^\s'\"`’:,)]*|\.\.?/[^\s'\"`’:,)]*)")
+_FORK = ("cannot fork", "can't fork", "resource temporarily unavailable", "errno 11]")
+_MEMORY = ("cannot allocate memory", "memoryerror", "out of memory", "errno 12]")
+_NET = (
+    "network is unreachable",
+    "connection refused",
+    "temporary failure in name resolution",
+    "name or service not known",
+    "could not resolve host",
+    "no address associated with hostname",
+)
+_ENV = (
+    re.compile(r"KeyError: '([A-Za-z_][A-Za-z0-9_]*)'"),
+    re.compile(r"([A-Za-z_][A-Za-z0-9_]*): (?:parameter not set|unbound variable)"),
+)
+_CREATE_WORDS = ("cannot create", "can't create", "cannot touch", "cannot open")
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """Why the sandbox counts a run as stopped: a stable id and a sentence."""
+
+    reason_id: str
+    reason: str
+
+
+def _last_path(line: str, cwd: str) -> str | None:
+    found = _PATH.findall(line)
+    if not found:
+        return None
+    return os.path.normpath(os.path.join(cwd, found[-1]))
+
+
+def _hidden(path: str, spec: SandboxSpec) -> bool:
+    """True when ``path`` (or, for a create, its directory) is on the host but not shown."""
+    shown = (*spec.visible(), "/proc", "/dev", *(("/tmp",) if spec.scratch else ()))
+    if any(is_within(path, root) for root in shown):
+        return False
+    if os.path.lexists(path):
+        return True
+    parent = os.path.dirname(path)
+    # The parent is shown as an empty directory when it leads to a visible root.
+    leads_somewhere = any(is_within(root, parent) for root in shown)
+    return os.path.isdir(parent) and not leads_somewhere
+
+
+def _write(line: str, low: str, spec: SandboxSpec) -> Confinement | None:
+    if "read-only file system" not in low:
+        return None
+    path = _last_path(line, spec.working_dir) or "?"
+    return Confinement("sandbox.write", f"write outside declared roots blocked (EROFS): {path}")
+
+
+def _read(line: str, low: str, spec: SandboxSpec) -> Confinement | None:
+    path = _last_path(line, spec.working_dir)
+    if path is None:
+        return None
+    if "permission denied" in low:
+        if any(is_within(path, m) for m in spec.masked):
+            return Confinement(
+                "sandbox.read",
+                f"read of a credential path not declared by name blocked (EACCES): {path}",
+            )
+        if _hidden(path, spec):  # firejail hides with EACCES rather than absence
+            return Confinement(
+                "sandbox.read", f"read outside declared roots blocked (EACCES): {path}"
+            )
+    missing = "no such file or directory" in low or "directory nonexistent" in low
+    if missing and _hidden(path, spec):
+        if any(word in low for word in _CREATE_WORDS) and not os.path.lexists(path):
+            return Confinement(
+                "sandbox.write", f"write outside declared roots blocked (not visible): {path}"
+            )
+        return Confinement(
+            "sandbox.read", f"read outside declared roots blocked (not visible, ENOENT): {path}"
+        )
+    return None
+
+
+def _network(line: str, low: str, spec: SandboxSpec) -> Confinement | None:
+    if spec.network or not any(marker in low for marker in _NET):
+        return None
+    return Confinement(
+        "sandbox.network", f"network connection blocked (network not declared): {line.strip()}"
+    )
+
+
+def _environment(line: str, low: str, spec: SandboxSpec) -> Confinement | None:
+    del low
+    for pattern in _ENV:
+        for name in pattern.findall(line):
+            if name in spec.withheld_env:
+                return Confinement(
+                    "sandbox.environment",
+                    f"environment variable {name} is not declared and was withheld",
+                )
+    return None
+
+
+_LINE_CHECKS: tuple[Callable[[str, str, SandboxSpec], Confinement | None], ...] = (
+    _write,
+    _read,
+    _network,
+    _environment,
+)
+
+
+def _limits(
+    exit_code: int | None, low_err: str, pids_hit: bool, spec: SandboxSpec
+) -> Confinement | None:
+    limits = spec.limits
+    if limits.cpu_seconds is not None and exit_code in (_EXIT_SIGXCPU, -signal.SIGXCPU):
+        return Confinement(
+            "sandbox.limit.cpu", f"CPU limit of {limits.cpu_seconds} s reached (SIGXCPU)"
+        )
+    if limits.processes is not None and (pids_hit or any(m in low_err for m in _FORK)):
+        return Confinement(
+            "sandbox.limit.processes",
+            f"process limit of {limits.processes} reached (fork refused, EAGAIN)",
+        )
+    if limits.memory_mb is not None and any(m in low_err for m in _MEMORY):
+        return Confinement(
+            "sandbox.limit.memory",
+            f"memory limit of {limits.memory_mb} MiB reached (allocation refused, ENOMEM)",
+        )
+    return None
+
+
+def classify(
+    *,
+    exit_code: int | None,
+    stderr: bytes,
+    killed_for: str | None,
+    pids_limit_hit: bool,
+    spec: SandboxSpec,
+) -> Confinement | None:
+    """The confinement reason for a finished run, or None when nothing was stopped."""
+    limits = spec.limits
+    if killed_for == "wall":
+        return Confinement(
+            "sandbox.limit.wall", f"wall time limit of {limits.wall_seconds} s reached; killed"
+        )
+    if killed_for == "output":
+        return Confinement(
+            "sandbox.limit.output", f"output limit of {limits.output_kb} KiB exceeded; killed"
+        )
+    text = stderr.decode("utf-8", "replace")
+    found = _limits(exit_code, text.lower(), pids_limit_hit, spec)
+    if found is not None:
+        return found
+    for check in _LINE_CHECKS:
+        for line in text.splitlines():
+            found = check(line, line.lower(), spec)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,135 @@
+"""The firejail backend, for hosts where bubblewrap cannot start (no user namespaces).
+
+firejail is setuid, so it confines without unprivileged user namespaces: ``--read-only=/``
+with ``--read-write`` for each write root, ``--blacklist`` for every path that leads away from
+the visible roots (reads of it fail with ``EACCES``) and for credential paths, ``--net=none``
+unless the network is allowed, a new ipc namespace and hostname, no capabilities, no new
+privileges, no supplementary groups, and an environment cleared with ``env -i``. The options
+go in a generated profile file, because firejail caps its command line at 128 arguments.
+
+Differences from bwrap, all documented in ``docs/sandbox.md``: the tool keeps the caller's uid,
+``/run/firejail`` must stay visible for firejail itself, and ``/tmp`` is read-only rather than
+absent (``scratch`` gives a private ``/tmp``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+
+from callgate._errors import SandboxError
+from callgate.sandbox._spec import SandboxSpec, is_within
+
+HOSTNAME = "callgate-sandbox"
+#: firejail keeps a launcher and its sandbox monitor in the pids cgroup besides the tool.
+LAUNCHER_TASKS = 3
+#: Paths firejail needs to stay visible for itself.
+_FIREJAIL_OWN = ("/proc", "/dev", "/run/firejail")
+
+
+def hidden_paths(visible: Sequence[str]) -> list[str]:
+    """The siblings met on the way from ``/`` to each visible root: hiding them hides the rest.
+
+    The result is finite (one directory listing per ancestor of a visible root) and covers
+    every path that is neither visible nor an ancestor of something visible.
+    """
+    roots = sorted(set(visible))
+    if "/" in roots:
+        return []
+    hidden: set[str] = set()
+    ancestors = {"/"}
+    for root in roots:
+        parent = os.path.dirname(root)
+        while parent not in ancestors:
+            ancestors.add(parent)
+            parent = os.path.dirname(parent)
+    for directory in sorted(ancestors):
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            if path not in ancestors and not any(is_within(path, r) for r in roots):
+                hidden.add(path)
+    return sorted(hidden)
+
+
+def firejail_profile(spec: SandboxSpec) -> str:
+    """The firejail profile text for ``spec`` (a file: the command line is capped at 128)."""
+    lines = ["caps.drop all", "nonewprivs", "nogroups", "ipc-namespace"]
+    lines += [f"hostname {HOSTNAME}", "read-only /"]
+    if not spec.network:
+        lines.append("net none")
+    if spec.scratch:
+        lines.append("private-tmp")
+    lines += [f"read-write {path}" for path in spec.write_roots]
+    visible = (*spec.visible(), *_FIREJAIL_OWN, spec.working_dir)
+    lines += [f"blacklist {path}" for path in hidden_paths(visible)]
+    lines += [f"blacklist {path}" for path in spec.masked]
+    if any("\n" in line for line in lines):
+        raise SandboxError("a path containing a newline cannot be written to a firejail profile")
+    return "\n".join(lines) + "\n"
+
+
+@functools.cache
+def _profile_dir() -> str:
+    base = tempfile.mkdtemp(prefix="callgate-firejail-")
+    atexit.register(shutil.rmtree, base, True)
+    return base
+
+
+def write_profile(spec: SandboxSpec) -> str:
+    """Write the profile for ``spec`` (named by its content) and return its path."""
+    text = firejail_profile(spec)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+    path = os.path.join(_profile_dir(), f"{digest}.profile")
+    if not os.path.exists(path):
+        partial = f"{path}.{os.getpid()}.tmp"
+        with open(partial, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(partial, path)
+    return path
+
+
+def firejail_argv(
+    spec: SandboxSpec,
+    argv: Sequence[str],
+    *,
+    prefix: Sequence[str] = (),
+    executable: str = "firejail",
+) -> list[str]:
+    """The full firejail command line that runs ``argv`` confined by ``spec``."""
+    if argv and "=" in argv[0]:
+        raise SandboxError("a command name containing '=' cannot be passed through env -i")
+    profile = write_profile(spec)
+    env = [f"{name}={value}" for name, value in sorted(spec.env.items())]
+    head = [executable, "--quiet", f"--profile={profile}"]
+    return [*head, "--", "/usr/bin/env", "-i", *env, *prefix, *argv]
+
+
+@functools.cache
+def firejail_usable(executable: str = "firejail") -> str | None:
+    """None when firejail can start a sandbox here, else why not."""
+    path = shutil.which(executable)
+    if path is None:
+        return "firejail is not installed"
+    try:
+        done = subprocess.run(
+            [path, "--quiet", "--noprofile", "--net=none", "--", "/bin/true"],
+            capture_output=True,
+            timeout=20,
+            check=False,
+            env={},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"firejail cannot start: {exc}"
+    if done.returncode != 0:
+        return f"firejail cannot start: {done.stderr.decode('utf-8', 'replace').strip()}"
+    return None
