@@ -1,0 +1,42 @@
+"""Trace abstraction: raw tool calls to typed events with grounded arguments.
+
+Shell lines are parsed with tree-sitter-bash and each simple command is grounded by the command
+catalog (``catalog.yaml``); scripts an interpreter runs are read for their effects; coding-agent
+tools and function calls map to stable action names; value flow links each argument to the
+earlier outputs it appeared in. See ``docs/abstraction.md``.
+"""
+
+from __future__ import annotations
+
+from callgate.abstraction._abstractor import Abstractor
+from callgate.abstraction._agentdojo import TOOL_SOURCES, abstract_agentdojo_run, tool_source
+from callgate.abstraction._catalog import Catalog, default_catalog, ground_words
+from callgate.abstraction._shell import Redirect, ShellCommand, parse_commands
+from callgate.abstraction._tools import CLAUDE_CODE_TOOLS
+from callgate.abstraction._trace import format_signature, load_raw_trace, signature
+
+
+def abstract_shell(command: str) -> list[ShellCommand]:
+    """The simple commands of a shell line, wrappers peeled, in execution order.
+
+    Never raises: a line that does not parse gives commands carrying ``parse_error``.
+    """
+    return parse_commands(command)
+
+
+__all__ = [
+    "CLAUDE_CODE_TOOLS",
+    "TOOL_SOURCES",
+    "Abstractor",
+    "Catalog",
+    "Redirect",
+    "ShellCommand",
+    "abstract_agentdojo_run",
+    "abstract_shell",
+    "default_catalog",
+    "format_signature",
+    "ground_words",
+    "load_raw_trace",
+    "signature",
+    "tool_source",
+]

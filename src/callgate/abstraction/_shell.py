@@ -1,0 +1,420 @@
+"""Shell command lines to simple commands, with a real parser (tree-sitter-bash).
+
+Every simple command of a line becomes one ``ShellCommand``: the ones joined by ``;``, ``&&``,
+``||`` and pipes, the ones inside subshells, groups, loops and conditionals, and the ones inside
+command and process substitutions (which run first, so they come first). Wrappers such as
+``sudo``, ``env`` or ``timeout`` are peeled off, and ``bash -c STRING`` parses STRING again.
+
+Bounds keep the cost predictable on hostile input: the line length, the nesting depth of
+substitutions and ``-c`` strings, and the number of commands per line are capped; going over a
+cap, like a syntax error, yields commands carrying ``parse_error`` instead of raising.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tree_sitter import Language, Node, Parser
+
+from callgate.abstraction._catalog import Catalog, default_catalog
+
+#: Longest command line parsed; longer lines become a ``parse_error`` command.
+MAX_COMMAND_CHARS = 100_000
+#: Deepest nesting of syntax nodes, substitutions and ``sh -c`` strings followed.
+MAX_DEPTH = 64
+#: Most simple commands read from one line.
+MAX_COMMANDS = 1_000
+#: Longest here-document or here-string kept as ``stdin``.
+MAX_STDIN_CHARS = 65_536
+
+_SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
+_UNESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_DQ_UNESCAPE = re.compile(r"\\([\"\\$`\n])")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_local = threading.local()
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """A redirection: its operator (``>``, ``>>``, ``<``, ``&>`` …), target and descriptor."""
+
+    op: str
+    target: str
+    fd: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShellCommand:
+    """One simple command of a shell line, after peeling wrappers.
+
+    ``words`` start with the program as written; ``wrappers`` lists what was peeled (``sudo``,
+    ``bash -c`` …); ``dynamic`` says a word holds an expansion the parser could not resolve;
+    ``parse_error`` is set when the line (or the part holding this command) did not parse.
+    """
+
+    words: tuple[str, ...]
+    assignments: tuple[tuple[str, str], ...] = ()
+    redirects: tuple[Redirect, ...] = ()
+    wrappers: tuple[str, ...] = ()
+    stdin: str | None = None
+    piped_from: str | None = None
+    dynamic: bool = False
+    depth: int = 0
+    parse_error: str | None = None
+
+    @property
+    def program(self) -> str:
+        """The program's base name, or ``""`` for a bare assignment or a failed parse."""
+        return self.words[0].rsplit("/", 1)[-1] if self.words else ""
+
+
+class _LimitError(Exception):
+    """Internal: a bound was exceeded while walking the tree."""
+
+
+def _parser() -> Parser:
+    parser = getattr(_local, "parser", None)
+    if parser is None:
+        import tree_sitter_bash
+
+        parser = Parser(Language(tree_sitter_bash.language()))
+        _local.parser = parser
+    return parser
+
+
+def _text(node: Node) -> str:
+    return (node.text or b"").decode("utf-8", "replace")
+
+
+class _Walker:
+    """Walks one parse tree, collecting simple commands in execution order."""
+
+    def __init__(self, source: bytes, depth: int, wrappers: tuple[str, ...], cat: Catalog):
+        self.source = source
+        self.depth = depth
+        self.wrappers = wrappers
+        self.catalog = cat
+        self.env: dict[str, str] = {}
+        self.out: list[ShellCommand] = []
+
+    # -- words -----------------------------------------------------------------------------
+    def word(self, node: Node) -> tuple[str, bool]:
+        """The value of a word node and whether it holds an unresolved expansion."""
+        kind = node.type
+        if kind == "word":
+            return _UNESCAPE.sub(r"\1", _text(node)), False
+        if kind == "raw_string":
+            return _text(node)[1:-1], False
+        if kind in ("string", "concatenation", "translated_string"):
+            return self._joined(node)
+        if kind == "ansi_c_string":
+            return _ansi_c(_text(node)[2:-1]), False
+        if kind in ("simple_expansion", "expansion"):
+            name = _text(node).lstrip("$").strip("{}")
+            if name in self.env:
+                return self.env[name], False
+            return _text(node), True
+        if kind in ("number", "string_content", "heredoc_content"):
+            return _text(node), False
+        return _text(node), True
+
+    def _joined(self, node: Node) -> tuple[str, bool]:
+        quoted = node.type in ("string", "translated_string")
+        start = node.start_byte + (2 if node.type == "translated_string" else int(quoted))
+        end = node.end_byte - int(quoted)
+        parts: list[str] = []
+        dynamic = False
+        for child in node.named_children:
+            gap = self.source[start : child.start_byte].decode("utf-8", "replace")
+            parts.append(_DQ_UNESCAPE.sub(r"\1", gap) if quoted else gap)
+            if child.type == "string_content":
+                value = _DQ_UNESCAPE.sub(r"\1", _text(child))
+            else:
+                value, dyn = self.word(child)
+                dynamic = dynamic or dyn
+            parts.append(value)
+            start = child.end_byte
+        if start < end:
+            tail = self.source[start:end].decode("utf-8", "replace")
+            parts.append(_DQ_UNESCAPE.sub(r"\1", tail) if quoted else tail)
+        return "".join(parts), dynamic
+
+    # -- traversal -------------------------------------------------------------------------
+    def visit(self, node: Node, level: int, redirects: tuple[Redirect, ...] = ()) -> None:
+        if level > MAX_DEPTH:
+            raise _LimitError(f"nesting deeper than {MAX_DEPTH} levels")
+        kind = node.type
+        if kind == "list":
+            for child in _flatten_list(node):
+                self.visit(child, level + 1, redirects)
+        elif kind == "pipeline":
+            self._pipeline(node, level, redirects)
+        elif kind == "command":
+            self._command(node, level, redirects)
+        elif kind == "redirected_statement":
+            body = node.child_by_field_name("body")
+            own = tuple(self._redirect(r) for r in node.children_by_field_name("redirect"))
+            if body is not None:
+                self.visit(body, level + 1, redirects + own)
+        elif kind in ("variable_assignment", "declaration_command"):
+            self._assignment(node, level)
+        elif kind in _SUBSTITUTIONS:
+            self._substitution(node, level)
+        else:
+            for child in node.named_children:
+                self.visit(child, level + 1, redirects)
+
+    def _pipeline(self, node: Node, level: int, redirects: tuple[Redirect, ...]) -> None:
+        previous: str | None = None
+        for child in node.named_children:
+            before = len(self.out)
+            self.visit(child, level + 1, redirects)
+            if previous is not None and len(self.out) > before:
+                self.out[before] = replace(self.out[before], piped_from=previous)
+            if len(self.out) > before:
+                previous = self.out[-1].program
+
+    def _substitution(self, node: Node, level: int) -> None:
+        for child in node.named_children:
+            self.visit(child, level + 1)
+
+    def _nested(self, node: Node, level: int) -> None:
+        """Visit substitutions inside a word (they run before the command that holds them)."""
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if current.type in _SUBSTITUTIONS:
+                self._substitution(current, level + 1)
+            else:
+                stack.extend(reversed(current.named_children))
+
+    def _assignment(self, node: Node, level: int) -> None:
+        pairs: list[tuple[str, str]] = []
+        assigns = [node] if node.type == "variable_assignment" else node.named_children
+        for item in assigns:
+            self._nested(item, level)
+            name_node = item.child_by_field_name("name")
+            value_node = item.child_by_field_name("value")
+            if item.type != "variable_assignment" or name_node is None:
+                continue
+            value, dynamic = self.word(value_node) if value_node is not None else ("", False)
+            pairs.append((_text(name_node), value))
+            if not dynamic:
+                self.env[_text(name_node)] = value
+        words = (_text(node.children[0]),) if node.type == "declaration_command" else ()
+        self._emit(ShellCommand(words=words, assignments=tuple(pairs)))
+
+    def _redirect(self, node: Node) -> Redirect:
+        fd_node = next((c for c in node.named_children if c.type == "file_descriptor"), None)
+        fd = _text(fd_node) if fd_node is not None else None
+        if node.type == "heredoc_redirect":
+            body = next((c for c in node.named_children if c.type == "heredoc_body"), None)
+            self._nested(node, 0)
+            return Redirect("<<", _text(body)[:MAX_STDIN_CHARS] if body is not None else "", fd)
+        if node.type == "herestring_redirect":
+            here = node.named_children[-1] if node.named_children else node
+            return Redirect("<<<", self.word(here)[0][:MAX_STDIN_CHARS], fd)
+        dest = node.child_by_field_name("destination")
+        op = next((_text(c) for c in node.children if not c.is_named), ">")
+        return Redirect(op, self.word(dest)[0] if dest is not None else "", fd)
+
+    def _command(self, node: Node, level: int, redirects: tuple[Redirect, ...]) -> None:
+        words: list[str] = []
+        pairs: list[tuple[str, str]] = []
+        own: list[Redirect] = []
+        dynamic = False
+        for child in node.named_children:
+            self._nested(child, level)
+            if child.type == "variable_assignment":
+                name_node = child.child_by_field_name("name")
+                value_node = child.child_by_field_name("value")
+                text = self.word(value_node)[0] if value_node is not None else ""
+                pairs.append((_text(name_node) if name_node is not None else "", text))
+            elif child.type.endswith("_redirect"):
+                own.append(self._redirect(child))
+            else:
+                word_node = child.named_children[0] if child.type == "command_name" else child
+                value, dyn = self.word(word_node)
+                words.append(value)
+                dynamic = dynamic or dyn
+        all_redirects = tuple(own) + redirects
+        stdin = next((r.target for r in all_redirects if r.op in ("<<", "<<<")), None)
+        base = ShellCommand(
+            words=tuple(words),
+            assignments=tuple(pairs),
+            redirects=tuple(r for r in all_redirects if r.op not in ("<<", "<<<")),
+            wrappers=self.wrappers,
+            stdin=stdin,
+            dynamic=dynamic,
+            depth=self.depth,
+        )
+        for command in peel(base, self.catalog):
+            self._emit(command)
+
+    def _emit(self, command: ShellCommand) -> None:
+        if len(self.out) >= MAX_COMMANDS:
+            raise _LimitError(f"more than {MAX_COMMANDS} simple commands")
+        self.out.append(command)
+
+
+def _flatten_list(node: Node) -> list[Node]:
+    """The commands of a left-nested ``a && b || c`` list, without recursing on its spine."""
+    items: list[Node] = []
+    current: Node | None = node
+    while current is not None and current.type == "list":
+        named = current.named_children
+        items.extend(reversed(named[1:]))
+        current = named[0] if named else None
+    if current is not None:
+        items.append(current)
+    return list(reversed(items))
+
+
+def _ansi_c(body: str) -> str:
+    table = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b"}
+    return re.sub(r"\\(.)", lambda m: table.get(m.group(1), m.group(0)), body)
+
+
+def _wrapped_start(words: tuple[str, ...], cat: Catalog) -> tuple[int, tuple[tuple[str, str], ...]]:
+    """Where the wrapped command starts in a wrapper's words (0 when there is none)."""
+    spec = cat.wrappers[words[0].rsplit("/", 1)[-1]]
+    i = 1
+    pairs: list[tuple[str, str]] = []
+    while i < len(words) and words[i].startswith("-") and words[i] != "-":
+        if words[i] == "--":
+            i += 1
+            break
+        takes = words[i] in spec.value_flags and "=" not in words[i]
+        i += 2 if takes else 1
+    while spec.assignments and i < len(words) and _ASSIGNMENT.match(words[i]):
+        name, _, value = words[i].partition("=")
+        pairs.append((name, value))
+        i += 1
+    i += spec.skip_positionals
+    return (i if i < len(words) else 0), tuple(pairs)
+
+
+def _shell_string(words: tuple[str, ...]) -> str | None:
+    """The STRING of ``sh -c STRING`` (also ``-lc``, ``-ec`` …), or None when not a -c call."""
+    for i, word in enumerate(words[1:], start=1):
+        if word.startswith("--"):
+            continue
+        if not word.startswith("-"):
+            return None
+        if "c" in word[1:]:
+            return words[i + 1] if i + 1 < len(words) else ""
+    return None
+
+
+def peel(command: ShellCommand, cat: Catalog | None = None) -> list[ShellCommand]:
+    """Peel wrappers off a command; ``sh -c`` strings are parsed again (depth-bounded)."""
+    catalog = cat or default_catalog()
+    current = command
+    while current.words:
+        program = current.program
+        if program in catalog.wrappers:
+            start, pairs = _wrapped_start(current.words, catalog)
+            if start == 0:
+                break
+            current = replace(
+                current,
+                words=current.words[start:],
+                wrappers=(*current.wrappers, program),
+                assignments=current.assignments + pairs,
+            )
+            continue
+        if program in catalog.shells:
+            script = _shell_string(current.words)
+            if script is not None:
+                inner = parse_commands(
+                    script, depth=current.depth + 1, wrappers=(*current.wrappers, f"{program} -c")
+                )
+                return [replace(c, redirects=c.redirects + current.redirects) for c in inner]
+        break
+    return [current, *_find_exec(current)]
+
+
+def _find_exec(command: ShellCommand) -> list[ShellCommand]:
+    """``find … -exec CMD {} ;`` runs CMD: each such segment is a command of its own."""
+    if command.program != "find":
+        return []
+    found: list[ShellCommand] = []
+    words = command.words
+    i = 0
+    while i < len(words):
+        if words[i] in ("-exec", "-execdir", "-ok", "-okdir"):
+            end = i + 1
+            while end < len(words) and words[end] not in (";", "+", "\\;"):
+                end += 1
+            if end > i + 1:
+                inner = ShellCommand(words=words[i + 1 : end], wrappers=(*command.wrappers, "find"))
+                found.extend(peel(replace(inner, depth=command.depth + 1)))
+            i = end
+        i += 1
+    return found
+
+
+def parse_commands(
+    command: str, *, depth: int = 0, wrappers: tuple[str, ...] = ()
+) -> list[ShellCommand]:
+    """The simple commands of a shell line, in execution order; never raises on bad input."""
+    if depth > MAX_DEPTH:
+        return [ShellCommand(words=(), wrappers=wrappers, depth=depth,
+                             parse_error=f"shell strings nested deeper than {MAX_DEPTH}")]
+    if len(command) > MAX_COMMAND_CHARS:
+        return [ShellCommand(words=(), wrappers=wrappers, depth=depth,
+                             parse_error=f"command longer than {MAX_COMMAND_CHARS} characters")]
+    source = command.encode("utf-8", "replace")
+    tree = _parser().parse(source)
+    walker = _Walker(source, depth, wrappers, default_catalog())
+    error: str | None = None
+    try:
+        walker.visit(tree.root_node, 0)
+    except _LimitError as exc:
+        error = str(exc)
+    except RecursionError:
+        error = "command nested too deeply"
+    if error is None and tree.root_node.has_error:
+        error = _syntax_error(tree.root_node)
+    if error is None and "\x00" in command:
+        error = "command contains a NUL byte"
+    commands = walker.out
+    if error is not None:
+        commands = [replace(c, parse_error=c.parse_error or error) for c in commands]
+        if not any(c.words for c in commands):
+            commands.append(
+                ShellCommand(words=(), wrappers=wrappers, depth=depth, parse_error=error)
+            )
+    elif not commands and command.strip() and not _only_comments(tree.root_node):
+        commands = [ShellCommand(words=(), wrappers=wrappers, depth=depth,
+                                 parse_error="no command found")]
+    return commands
+
+
+def _only_comments(root: Node) -> bool:
+    return all(child.type == "comment" for child in root.named_children)
+
+
+def _syntax_error(root: Node) -> str:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "ERROR" or node.is_missing:
+            row, col = node.start_point
+            what = f"missing {node.type}" if node.is_missing else "syntax error"
+            return f"{what} at line {row + 1}, column {col + 1}"
+        stack.extend(c for c in node.children if c.has_error or c.is_missing)
+    return "syntax error"
+
+
+def describe(command: ShellCommand) -> dict[str, Any]:
+    """A plain view of a command for debugging and documentation."""
+    return {
+        "words": list(command.words),
+        "wrappers": list(command.wrappers),
+        "redirects": [(r.op, r.target) for r in command.redirects],
+        "parse_error": command.parse_error,
+    }
