@@ -1,0 +1,191 @@
+"""The online monitor: one per run, asked about each pending call, told about each commit.
+
+``check_pending`` decides the statements that a pending call can break for good — ``abs``,
+``prec``, ``always`` bodies over the past (and a ``not eventually(…)`` an event falsifies),
+``until`` (a bad event inside an open interval) and ``bresp`` (the l-th event after a trigger
+that is not the response) — without changing any state. ``commit`` appends the event to the
+run. ``finish`` judges the obligations still open when the run ends (``resp``, ``rslv``,
+``eventually``, ``bresp`` windows). Work per event does not depend on the run's length.
+
+Deciding never raises: an internal error while checking a statement becomes an ``unknown``
+violation of that statement (the kernel treats it as a deny), and a statement whose state could
+not be updated keeps failing that way for the rest of the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from callgate._errors import Problem, TemporalError
+from callgate._model import Event
+from callgate.temporal import nodes as n
+from callgate.temporal.body import AlwaysMonitor
+from callgate.temporal.forms import (
+    AbsMonitor,
+    BrespMonitor,
+    PrecMonitor,
+    RespMonitor,
+    RslvMonitor,
+    UntilMonitor,
+)
+from callgate.temporal.patterns import CompiledPattern
+
+Enforce = Literal["block", "alert", "quarantine"]
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A statement the trace breaks, with the offending events (numbered from 1).
+
+    ``kind`` is ``"unknown"`` when the statement could not be decided (solver timeout, internal
+    error); callers fail closed on it.
+    """
+
+    statement: str
+    enforce: str
+    events: tuple[int, ...]
+    message: str
+    kind: Literal["violation", "unknown"] = "violation"
+
+
+class StatementMonitor(Protocol):
+    """What every per-form monitor provides (see ``forms``)."""
+
+    def pending(self, ev: Event, pos: int) -> tuple[tuple[int, ...], object]: ...
+
+    def apply(self, plan: object, pos: int) -> None: ...
+
+    def finish(self) -> tuple[int, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledStatement:
+    """A parsed statement with its id and enforcement, ready to monitor or ground."""
+
+    id: str
+    enforce: Enforce
+    statement: n.Statement
+
+    def new_monitor(self) -> StatementMonitor:
+        """Fresh incremental state for one run."""
+        st = self.statement
+        if st.body is not None:
+            return AlwaysMonitor(st.body)
+        patterns = tuple(
+            CompiledPattern(p, st.variables, binding=i == 0) for i, p in enumerate(st.patterns)
+        )
+        size = len(st.variables)
+        if st.form == "bresp":
+            assert st.bound is not None
+            return BrespMonitor(patterns, size, st.bound)
+        kinds: dict[str, type[AbsMonitor | PrecMonitor | RespMonitor | UntilMonitor]] = {
+            "abs": AbsMonitor, "prec": PrecMonitor, "resp": RespMonitor,
+            "rslv": RslvMonitor, "until": UntilMonitor,
+        }
+        return kinds[st.form](patterns, size)
+
+    def violation(self, events: tuple[int, ...], *, at_end: bool = False) -> Violation:
+        """A violation of this statement at ``events`` with a sentence saying why."""
+        return Violation(self.id, self.enforce, events, describe(self.statement, events, at_end))
+
+    def unknown(self, events: tuple[int, ...], reason: str) -> Violation:
+        """An undecided statement (fail closed)."""
+        return Violation(self.id, self.enforce, events, reason, "unknown")
+
+
+def describe(st: n.Statement, events: tuple[int, ...], at_end: bool) -> str:
+    """One sentence on why ``st`` fails at ``events``."""
+    where = ", ".join(str(e) for e in events)
+    plural = "s" if len(events) > 1 else ""
+    if st.form == "abs":
+        return f"event{plural} {where} match{'' if plural else 'es'} a forbidden pattern"
+    if st.form == "prec":
+        return f"event{plural} {where} happened without an earlier required event"
+    if st.form == "until":
+        return f"a forbidden event follows trigger{plural} {where} before it was resolved"
+    if st.form == "bresp":
+        return f"no response within {st.bound} events after event{plural} {where}"
+    if st.form in ("resp", "rslv"):
+        return f"trigger{plural} {where} left without a response when the run ended"
+    tail = " (an eventually never came true)" if at_end else ""
+    return f"the always body is false at event{plural} {where}{tail}"
+
+
+class Monitor:
+    """Incremental checking of a run: ``check_pending`` then ``commit`` per event, ``finish``."""
+
+    def __init__(self, statements: Sequence[CompiledStatement]) -> None:
+        self._statements = tuple(statements)
+        self._monitors: list[StatementMonitor | None] = [
+            s.new_monitor() for s in self._statements
+        ]
+        self._broken: dict[int, str] = {}
+        self._length = 0
+        self._cached: tuple[Event, list[object]] | None = None
+
+    def __len__(self) -> int:
+        return self._length
+
+    def check_pending(self, event: Event) -> list[Violation]:
+        """Violations that ``event`` would cause now, as the next event; state is unchanged."""
+        pos = self._length + 1
+        violations: list[Violation] = []
+        plans: list[object] = []
+        for index, statement in enumerate(self._statements):
+            monitor = self._monitors[index]
+            if monitor is None:
+                violations.append(statement.unknown((pos,), self._broken[index]))
+                plans.append(None)
+                continue
+            try:
+                failing, plan = monitor.pending(event, pos)
+            except Exception as exc:  # fail closed: an internal error denies
+                violations.append(statement.unknown((pos,), f"internal error: {exc!r}"))
+                plans.append(None)
+                continue
+            plans.append(plan)
+            if failing:
+                violations.append(statement.violation(failing))
+        self._cached = (event, plans)
+        return violations
+
+    def commit(self, event: Event) -> None:
+        """Append ``event`` to the run (its ``seq`` must be the next position, or 0)."""
+        pos = self._length + 1
+        if event.seq not in (0, pos):
+            raise TemporalError(
+                [Problem(f"event seq {event.seq} committed at position {pos}", "<monitor>")]
+            )
+        if self._cached is None or self._cached[0] is not event:
+            self.check_pending(event)
+        assert self._cached is not None
+        plans = self._cached[1]
+        self._cached = None
+        for index, monitor in enumerate(self._monitors):
+            if monitor is None:
+                continue
+            try:
+                monitor.apply(plans[index], pos)
+            except Exception as exc:  # state is now unknown: keep failing closed
+                self._monitors[index] = None
+                self._broken[index] = f"internal error while recording event {pos}: {exc!r}"
+        self._length = pos
+
+    def finish(self) -> list[Violation]:
+        """Violations of obligations still open when the run ends."""
+        violations: list[Violation] = []
+        for index, statement in enumerate(self._statements):
+            monitor = self._monitors[index]
+            if monitor is None:
+                violations.append(statement.unknown((), self._broken[index]))
+                continue
+            try:
+                failing = monitor.finish()
+            except Exception as exc:
+                violations.append(statement.unknown((), f"internal error: {exc!r}"))
+                continue
+            if failing:
+                violations.append(statement.violation(failing, at_end=True))
+        return violations
