@@ -46,7 +46,7 @@ class Checkpoint:
 
 def _ed25519() -> tuple[type[Ed25519PrivateKey], type[Ed25519PublicKey]]:
     try:
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import (  # noqa: PLC0415
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import (
             Ed25519PrivateKey,
             Ed25519PublicKey,
         )
@@ -65,7 +65,7 @@ def _private(private_key: bytes) -> Ed25519PrivateKey:
 
 
 def _raw_public(key: Ed25519PublicKey) -> bytes:
-    from cryptography.hazmat.primitives.serialization import (  # noqa: PLC0415
+    from cryptography.hazmat.primitives.serialization import (
         Encoding,
         PublicFormat,
     )
@@ -76,7 +76,7 @@ def _raw_public(key: Ed25519PublicKey) -> bytes:
 def generate_keypair() -> tuple[bytes, bytes]:
     """A fresh Ed25519 key pair as ``(private_raw, public_raw)``, 32 bytes each."""
     private_cls, _ = _ed25519()
-    from cryptography.hazmat.primitives.serialization import (  # noqa: PLC0415
+    from cryptography.hazmat.primitives.serialization import (
         Encoding,
         NoEncryption,
         PrivateFormat,
@@ -119,7 +119,7 @@ def sign_checkpoint(private_key: bytes, seq: int, head_hash: str, created_at: st
 def signature_problem(checkpoint: Checkpoint, public_key: bytes) -> str | None:
     """Why ``checkpoint`` is not validly signed by ``public_key``, or ``None`` when it is."""
     _, public_cls = _ed25519()
-    from cryptography.exceptions import InvalidSignature  # noqa: PLC0415
+    from cryptography.exceptions import InvalidSignature
 
     if len(public_key) != _KEY_BYTES:
         raise AuditError("an Ed25519 public key is 32 raw bytes")

@@ -169,8 +169,10 @@ class AuditStore:
                 self._atomic([*ops, *schema.meta_inserts()])
             schema.check_is_audit_log(self._conn, self._path)
             self._load_state()
-        except sqlite3.Error as exc:
+        except sqlite3.OperationalError as exc:
             raise AuditError(f"cannot open audit log {self._path}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise AuditError(f"audit log {self._path} is unreadable or corrupt: {exc}") from exc
 
     def _load_state(self) -> None:
         head = self._conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")

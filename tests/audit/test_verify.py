@@ -1,0 +1,237 @@
+"""verify(): any edited, deleted, inserted or reordered row is found, and the report names it.
+
+The populated log (see conftest) has 9 events in two runs; run "a" ended at event 8, run "b" is
+open. Every test edits a private copy of it the way someone with write access to the file could.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from callgate import AuditError
+from callgate.audit import verify_file
+from callgate.audit.chain import EVENT_COLUMNS, RUN_COLUMNS, event_row, seal, sha256_hex
+from callgate.audit.verify import VerifyReport, verify_rows
+
+HEAD = 9
+TAMPER = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+VALUES = st.one_of(
+    st.none(),
+    st.integers(min_value=-3, max_value=HEAD + 3),
+    st.text(max_size=8),
+    st.sampled_from(["allow", "deny", "a", "b", "run-end", "decision", "web", "0" * 64]),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+
+
+def stored_value(path: Path, table: str, column: str, key: str, value: Any) -> Any:
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute(f"SELECT {column} FROM {table} WHERE {key} = ?", (value,)).fetchone()
+    finally:
+        conn.close()
+    return None if row is None else row[0]
+
+
+def test_the_untouched_log_verifies(template: Path) -> None:
+    report = verify_file(template)
+    assert report == VerifyReport(ok=True, checked=2 + HEAD + 2)
+    assert "ok" in str(report)
+
+
+@TAMPER
+@given(seq=st.integers(1, HEAD), column=st.sampled_from(EVENT_COLUMNS), value=VALUES)
+def test_editing_any_column_of_any_event_is_found_at_that_row(
+    template: Path, kit: Any, seq: int, column: str, value: Any
+) -> None:
+    with kit.copy(template) as path:
+        before = stored_value(path, "events", column, "seq", seq)
+        try:
+            kit.execute(path, f"UPDATE events SET {column} = ? WHERE seq = ?", (value, seq))
+        except sqlite3.Error:
+            assume(False)  # NOT NULL, or a sequence already taken: no edit happened
+        if column == "seq":
+            assume(value != seq)
+            # The edited row moved: the first row out of place is the one after the gap, or
+            # the moved row itself when it went before the start or beyond the end.
+            expected = value if value < 1 or seq == HEAD else seq + 1
+        else:
+            after = stored_value(path, "events", column, "seq", seq)
+            assume(type(after) is not type(before) or after != before)
+            expected = seq
+        report = verify_file(path)
+    assert not report.ok
+    assert (report.table, report.row) == ("events", expected), str(report)
+
+
+@TAMPER
+@given(seq=st.integers(1, HEAD))
+def test_deleting_an_event_is_found_at_the_next_row_or_in_the_runs_index(
+    template: Path, kit: Any, seq: int
+) -> None:
+    with kit.copy(template) as path:
+        run = stored_value(path, "events", "run_id", "seq", seq)
+        kit.execute(path, "DELETE FROM events WHERE seq = ?", (seq,))
+        report = verify_file(path)
+    assert not report.ok
+    if seq < HEAD:
+        assert (report.table, report.row) == ("events", seq + 1)
+        assert f"event {seq} is missing" in str(report.problem)
+    else:
+        # The last event has no successor: the runs index still counts it.
+        assert (report.table, report.row) == ("runs", run)
+        assert "event_count" in str(report.problem)
+
+
+@TAMPER
+@given(
+    source=st.integers(1, HEAD),
+    at=st.sampled_from([-1, 0, HEAD + 1, HEAD + 7]),
+    column=st.sampled_from(["verdict", "hash", "id"]),
+    value=st.text(max_size=4),
+)
+def test_inserting_a_forged_event_is_found_at_that_row(
+    template: Path, kit: Any, source: int, at: int, column: str, value: str
+) -> None:
+    with kit.copy(template) as path:
+        row = list(kit.events(path)[source - 1])
+        row[0] = at
+        row[EVENT_COLUMNS.index(column)] = value
+        marks = ", ".join("?" * len(EVENT_COLUMNS))
+        kit.execute(path, f"INSERT INTO events VALUES ({marks})", tuple(row))
+        report = verify_file(path)
+    assert not report.ok
+    assert (report.table, report.row) == ("events", at), str(report)
+
+
+@TAMPER
+@given(pair=st.lists(st.integers(1, HEAD), min_size=2, max_size=2, unique=True))
+def test_swapping_two_events_is_found_at_the_earlier_one(
+    template: Path, kit: Any, pair: list[int]
+) -> None:
+    first, second = sorted(pair)
+    with kit.copy(template) as path:
+        rows = kit.events(path)
+        sets = ", ".join(f"{name} = ?" for name in EVENT_COLUMNS[1:])
+        with kit.connect(path) as conn:
+            for seq, source in ((first, second), (second, first)):
+                conn.execute(
+                    f"UPDATE events SET {sets} WHERE seq = ?", (*rows[source - 1][1:], seq)
+                )
+        report = verify_file(path)
+    assert not report.ok
+    assert (report.table, report.row) == ("events", first), str(report)
+
+
+@TAMPER
+@given(run=st.sampled_from(["a", "b"]), column=st.sampled_from(RUN_COLUMNS), value=VALUES)
+def test_editing_any_column_of_the_runs_index_is_found_at_that_run(
+    template: Path, kit: Any, run: str, column: str, value: Any
+) -> None:
+    with kit.copy(template) as path:
+        before = stored_value(path, "runs", column, "run_id", run)
+        try:
+            kit.execute(path, f"UPDATE runs SET {column} = ? WHERE run_id = ?", (value, run))
+        except sqlite3.Error:
+            assume(False)
+        key = value if column == "run_id" else run
+        after = stored_value(path, "runs", column, "run_id", key)
+        assume(type(after) is not type(before) or after != before)
+        report = verify_file(path)
+    assert not report.ok
+    assert (report.table, report.row) == ("runs", run), str(report)
+
+
+def test_a_deleted_runs_row_is_found(template: Path, kit: Any) -> None:
+    with kit.copy(template) as path:
+        kit.execute(path, "DELETE FROM runs WHERE run_id = 'b'")
+        report = verify_file(path)
+    assert (report.table, report.row) == ("runs", "b")
+    assert "missing from the runs index" in str(report.problem)
+
+
+def test_an_invented_runs_row_is_found(template: Path, kit: Any) -> None:
+    with kit.copy(template) as path:
+        kit.execute(
+            path,
+            "INSERT INTO runs SELECT 'z', principal, policy_name, manifest_hash,"
+            " config_hash, started_at, start_seq, ended_at, end_seq, event_count"
+            " FROM runs WHERE run_id = 'a'",
+        )
+        report = verify_file(path)
+    assert (report.table, report.row) == ("runs", "z")
+    assert "no run-start event" in str(report.problem)
+
+
+def test_a_correctly_hashed_forged_tail_event_is_caught_by_the_runs_index(
+    template: Path, kit: Any
+) -> None:
+    with kit.copy(template) as path:
+        records = kit.records(path)
+        forged = dict(records[-1], id="f" * 32, run_seq=records[-1]["run_seq"] + 1)
+        kit.rewrite(path, records)  # a consistent rewrite of the same chain changes nothing
+        assert verify_file(path).ok
+        events = kit.events(path)
+        forged.update(seq=HEAD + 1, prev=events[-1][EVENT_COLUMNS.index("hash")])
+        text, digest = seal(forged)
+        marks = ", ".join("?" * len(EVENT_COLUMNS))
+        kit.execute(path, f"INSERT INTO events VALUES ({marks})", event_row(forged, text, digest))
+        report = verify_file(path)
+    assert (report.table, report.row) == ("runs", "b")
+
+
+@pytest.mark.parametrize(
+    ("sql", "table", "row"),
+    [
+        ("UPDATE meta SET value = '2' WHERE key = 'version'", None, None),
+        ("INSERT INTO meta VALUES ('extra', 'x')", "meta", "extra"),
+        ("DROP INDEX events_by_run", "sqlite_master", "events_by_run"),
+        ("CREATE TABLE shadow (x)", "sqlite_master", "shadow"),
+    ],
+)
+def test_edits_to_meta_and_schema_are_found(
+    template: Path, kit: Any, sql: str, table: str | None, row: str | None
+) -> None:
+    with kit.copy(template) as path:
+        kit.execute(path, sql)
+        if table is None:
+            # A foreign version is refused outright rather than misread.
+            with pytest.raises(AuditError, match="version"):
+                verify_file(path)
+            return
+        report = verify_file(path)
+    assert not report.ok
+    assert (report.table, report.row) == (table, row), str(report)
+
+
+def test_a_dropped_trigger_is_found(template: Path, kit: Any) -> None:
+    with kit.copy(template) as path:
+        conn = sqlite3.connect(path)
+        conn.execute("DROP TRIGGER events_no_delete")
+        conn.close()
+        report = verify_file(path)
+    assert (report.table, report.row) == ("sqlite_master", "events_no_delete")
+
+
+def test_verify_rows_reports_a_non_json_record(template: Path, kit: Any) -> None:
+    rows = [list(row) for row in kit.events(template)]
+    text = "{not json"
+    rows[3][EVENT_COLUMNS.index("record")] = text
+    rows[3][EVENT_COLUMNS.index("hash")] = sha256_hex(text)
+    report = verify_rows(
+        meta=[("format", "callgate-audit"), ("version", "1")], events=rows, runs=[], checkpoints=[]
+    )
+    assert (report.ok, report.table, report.row, report.problem) == (
+        False,
+        "events",
+        4,
+        "record is not JSON",
+    )
