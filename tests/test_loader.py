@@ -320,6 +320,13 @@ def test_object_constructing_tags_are_refused() -> None:
     assert "unsupported YAML tag" in problem.message
 
 
+def test_explicit_standard_tags_use_the_same_strict_spellings() -> None:
+    problem = only("name: p\nversion: 1\nrun_state: {behavioral_rules: !!bool yes}\n")
+    assert (problem.line, problem.column) == (3, 31)
+    assert problem.message == "'yes' is not a valid bool"
+    assert parse_policy("name: !!str 5\nversion: !!int 0x1f\n").policy.version == 31
+
+
 def test_integer_beyond_python_digit_limit_is_a_problem_not_a_crash() -> None:
     problem = only("name: p\nversion: " + "9" * 5000 + "\n")
     assert (problem.line, problem.column, problem.field) == (2, 10, "version")

@@ -57,24 +57,41 @@ _SEQ = "tag:yaml.org,2002:seq"
 _MAP = "tag:yaml.org,2002:map"
 
 
-class _CoreResolver(BaseResolver):
-    """Implicit typing of plain scalars by the YAML 1.2 core schema (not PyYAML's YAML 1.1)."""
-
-
-_CoreResolver.add_implicit_resolver(_NULL, re.compile(r"^(?:~|null|Null|NULL|)$"), None)
-_CoreResolver.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                    None)
-_CoreResolver.add_implicit_resolver(
-    _INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), None
-)
-_CoreResolver.add_implicit_resolver(
-    _FLOAT,
-    re.compile(
+# The YAML 1.2 core schema's spellings (PyYAML defaults to YAML 1.1, where `on` is a boolean).
+_CORE_PATTERNS: dict[str, re.Pattern[str]] = {
+    _NULL: re.compile(r"^(?:~|null|Null|NULL|)$"),
+    _BOOL: re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    _INT: re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+    _FLOAT: re.compile(
         r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
         r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
     ),
-    None,
-)
+}
+
+
+def _read_int(text: str) -> int:
+    return int(text, 0) if text[:2] in ("0o", "0x") else int(text)
+
+
+def _read_float(text: str) -> float:
+    lowered = text.lower()
+    return float(lowered.replace(".inf", "inf").replace(".nan", "nan"))
+
+
+_SCALAR_READERS: dict[str, Any] = {
+    _NULL: lambda text: None,
+    _BOOL: lambda text: text.lower() == "true",
+    _INT: _read_int,
+    _FLOAT: _read_float,
+}
+
+
+class _CoreResolver(BaseResolver):
+    """Implicit typing of plain scalars by the YAML 1.2 core schema."""
+
+
+for _tag, _pattern in _CORE_PATTERNS.items():
+    _CoreResolver.add_implicit_resolver(_tag, _pattern, None)
 
 
 class _Refused(Exception):  # noqa: N818 - internal signal, converted to PolicyError
@@ -183,6 +200,8 @@ def parse_policy(
     A relative ``working_dir`` is resolved against ``base_dir`` (default: the current
     directory at call time) and returned absolute.
     """
+    # Characters never outnumber bytes, so the cheap length test comes first.
+    _check_size(len(text), source)
     _check_size(len(text.encode("utf-8", "surrogatepass")), source)
     root = _compose(text, source)
     builder = _Builder(source)
@@ -195,13 +214,21 @@ def parse_policy(
     try:
         policy = Policy.model_validate(data)
     except ValidationError as exc:
-        found = _validation_problems(exc, data, builder)
-        problems += [p for p in found if not _covered(p, flagged)]
+        problems += [p for p in _placed(exc, data, builder) if not _covered(p, flagged)]
         raise PolicyError(_sorted(problems)) from exc
     if problems:
         raise PolicyError(_sorted(problems))
     policy = _resolve_working_dir(policy, base_dir)
     return LoadedPolicy(policy, source, builder.values, text)
+
+
+def _placed(exc: ValidationError, data: dict[str, Any], builder: _Builder) -> list[Problem]:
+    """The schema errors as placed problems; unplaced if placing them fails (never lose one)."""
+    try:
+        return _validation_problems(exc, data, builder)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return [Problem(f"{err['msg']} at {'.'.join(map(str, err['loc']))}", builder.source)
+                for err in exc.errors(include_url=False)]
 
 
 def _check_size(size: int, source: str) -> None:
@@ -277,24 +304,22 @@ class _Builder:
 
     def _scalar(self, node: ScalarNode, path: NodePath) -> Any:
         value: str = node.value
+        if node.tag == _STR:
+            return value
+        kind = node.tag.rsplit(":", 1)[-1]
+        if node.tag not in _SCALAR_READERS:
+            self._fail(f"unsupported YAML tag {node.tag!r}", node, path)
+            return None
+        # Explicit tags (!!bool yes) are held to the same core-schema spellings as plain ones.
+        if not _CORE_PATTERNS[node.tag].match(value):
+            self._fail(f"{_short(value)} is not a valid {kind}", node, path)
+            return None
         try:
-            if node.tag == _STR:
-                return value
-            if node.tag == _NULL:
-                return None
-            if node.tag == _BOOL:
-                return value.lower() == "true"
-            if node.tag == _INT:
-                return int(value, 0) if value[:2] in ("0o", "0x") else int(value)
-            if node.tag == _FLOAT:
-                return float(value.replace(".inf", "inf").replace(".Inf", "inf")
-                             .replace(".INF", "inf").lower().replace(".nan", "nan"))
+            return _SCALAR_READERS[node.tag](value)
         except ValueError:
             # e.g. an integer beyond Python's digit limit; say what, not how to lift the limit
-            self._fail(f"cannot read {_short(value)} as {node.tag.rsplit(':', 1)[-1]}", node, path)
+            self._fail(f"cannot read {_short(value)} as {kind}", node, path)
             return None
-        self._fail(f"unsupported YAML tag {node.tag!r}", node, path)
-        return None
 
     def _check_tag(self, node: Node, expected: str, path: NodePath) -> None:
         if node.tag != expected:
