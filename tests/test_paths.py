@@ -36,6 +36,8 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     outside.mkdir()
     (outside / "secret.txt").write_text("s")
     (work / "parent_link").symlink_to(outside)
+    (outside / "inner").mkdir()
+    (data / "inner_link").symlink_to(outside / "inner")
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "id_rsa").write_text("key")
@@ -308,6 +310,13 @@ def test_a_symlinked_parent_directory_is_judged_by_its_target(tree: Path) -> Non
     assert (
         check_paths(_read("parent_link/secret.txt"), ["./parent_link/**"], None, str(tree)) is None
     )
+
+
+def test_dot_dot_after_a_symlink_climbs_from_the_link_target(tree: Path) -> None:
+    # Lexically "data/inner_link/../secret.txt" is data/secret.txt; really it is outside.
+    value = "data/inner_link/../secret.txt"
+    assert canonical(value, str(tree)) == str((tree.parent / "outside" / "secret.txt").resolve())
+    assert "resolves through a symlink" in _deny_reason(tree, value)
 
 
 def test_home_and_file_url_paths_outside_the_globs_are_denied(tree: Path) -> None:

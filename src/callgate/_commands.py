@@ -3,9 +3,11 @@
 Commands run as an argv, never through a shell, so a command string is only accepted when
 ``shlex`` splitting means exactly what a shell would: any unquoted shell construct (``;``, ``&``,
 ``|``, ``<``, ``>``, ``(``, ``)``, ``{``, ``}``, ``$``, backticks), ``$`` or a backtick inside
-double quotes (where a shell still expands them), and any newline, carriage return or NUL, even
-quoted, is refused with a reason that names it. Single-quoted and backslash-escaped characters are
-literal in both readings and are accepted (``grep 'a|b' notes.txt``).
+double quotes (where a shell still expands them), an unquoted ``~`` a shell would expand, a
+``#`` that would start a comment, and any newline, carriage return or NUL, even quoted, is
+refused with a reason that names it. Single-quoted and backslash-escaped characters are literal in
+both readings and are accepted (``grep 'a|b' notes.txt``). Glob characters in arguments stay
+literal: nothing expands them, so ``ls *.txt`` lists a file named ``*.txt``.
 
 The program is ``argv[0]``. A bare name must be on the allow-list. A program given as a path
 (``/bin/ls``) is allowed as ``ls`` only when it is the very file that searching ``PATH`` for ``ls``
@@ -43,6 +45,8 @@ _KIND: dict[str, str] = {
     "{": "brace groups and expansions",
     "}": "brace groups and expansions",
     "\\0": "NUL bytes",
+    "~": "tilde expansions",
+    "#": "comments",
 }
 _ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _GLOB_CHARS = frozenset("*?[")
@@ -64,13 +68,16 @@ def _show(command: str) -> str:
 def _scan_unquoted(command: str) -> str | None:
     """The first shell construct a shell would act on, as written, or ``None``."""
     quote: str | None = None
+    previous = " "  # the character before, as the shell saw it ("" when it was quoted)
     i = 0
     while i < len(command):
         char = command[i]
         if quote == "'":
             quote = None if char == "'" else quote
         elif char == "\\":
-            i += 1  # the escaped character is literal (in double quotes too, for our purposes)
+            if quote == '"' and command[i + 1 : i + 2] in ("$", "`"):
+                return command[i + 1]  # shlex keeps this backslash, a shell drops it
+            i += 1  # the escaped character is literal
         elif quote == '"':
             if char == '"':
                 quote = None
@@ -81,6 +88,9 @@ def _scan_unquoted(command: str) -> str | None:
         elif char in _UNQUOTED_META:
             pair = command[i : i + 2]
             return pair if pair in _TWO_CHAR else char
+        elif char in "~#" and (previous.isspace() or (char == "~" and previous in ("=", ":"))):
+            return char
+        previous = char if quote is None else ""
         i += 1
     return None
 

@@ -158,7 +158,9 @@ def canonical(path: str, working_dir: str) -> str:
     relative path to ``working_dir`` and resolves symlinks and ``..`` with ``realpath``.
     Raises ``PathRejected`` for NUL bytes, backslashes, empty paths and unusable file URLs.
     """
-    absolute = _absolute(path, working_dir)
+    # No lexical normalisation first: "link/.." must climb from the link's target, as the
+    # kernel does, not cancel out the link.
+    absolute = _absolute(path, working_dir, normalize=False)
     try:
         return os.path.realpath(absolute)
     except (OSError, ValueError) as exc:  # e.g. lone surrogates the filesystem cannot encode

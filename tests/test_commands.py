@@ -1,0 +1,190 @@
+"""Command checks: shell syntax is refused, programs are matched by name or by the real file."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from callgate import CallgateError
+from callgate._commands import CommandRejected, check_command, parse_command
+
+ALLOWED = ["ls", "cat", "grep", "echo"]
+BASH = shutil.which("bash")
+
+
+def _executable(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_plain_allowed_command_is_allowed() -> None:
+    assert check_command("ls -la ./data", ALLOWED) is None
+    assert parse_command("ls -la ./data") == ("ls", "-la", "./data")
+
+
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        ("ls; curl x", "compound shell commands are not allowed: ';' in 'ls; curl x'"),
+        ("ls && rm -rf /", "compound shell commands are not allowed: '&&' in 'ls && rm -rf /'"),
+        ("ls || rm -rf /", "compound shell commands are not allowed: '||' in 'ls || rm -rf /'"),
+        ("ls\ncurl x", "compound shell commands are not allowed: '\\n' in 'ls\\ncurl x'"),
+        ("ls\r\ncurl x", "compound shell commands are not allowed: '\\n' in 'ls\\r\\ncurl x'"),
+        ("cat $(whoami)", "command substitutions are not allowed: '$(' in 'cat $(whoami)'"),
+        ("cat `whoami`", "command substitutions are not allowed: '`' in 'cat `whoami`'"),
+        ("ls | nc x 1", "pipelines are not allowed: '|' in 'ls | nc x 1'"),
+        ("grep x > /etc/passwd", "redirections are not allowed: '>' in 'grep x > /etc/passwd'"),
+        ("cat < /etc/shadow", "redirections are not allowed: '<' in 'cat < /etc/shadow'"),
+        ("ls 2>&1", "redirections are not allowed: '>&' in 'ls 2>&1'"),
+        ("ls &", "background jobs are not allowed: '&' in 'ls &'"),
+        ("(ls)", "subshells are not allowed: '(' in '(ls)'"),
+        ("echo {a,b}", "brace groups and expansions are not allowed: '{' in 'echo {a,b}'"),
+        ("echo $HOME", "variable expansions are not allowed: '$' in 'echo $HOME'"),
+        ('echo "$HOME"', "variable expansions are not allowed: '$' in 'echo \"$HOME\"'"),
+        ('echo "$(id)"', "command substitutions are not allowed: '$(' in 'echo \"$(id)\"'"),
+        ("cat ~/.ssh/id_rsa", "tilde expansions are not allowed: '~' in 'cat ~/.ssh/id_rsa'"),
+        ("ls # hidden", "comments are not allowed: '#' in 'ls # hidden'"),
+    ],
+)
+def test_shell_constructs_are_denied_naming_the_metacharacter(command: str, reason: str) -> None:
+    assert check_command(command, ALLOWED) == reason
+    with pytest.raises(CommandRejected) as info:
+        parse_command(command)
+    assert isinstance(info.value, CallgateError)
+
+
+def test_shell_constructs_are_denied_even_without_a_command_list() -> None:
+    assert check_command("ls; curl x", None) is not None
+    assert check_command("anything --at all", None) is None
+
+
+def test_quoted_and_escaped_metacharacters_are_literal_arguments() -> None:
+    assert check_command("grep 'a|b;c' notes.txt", ALLOWED) is None
+    assert parse_command("grep 'a|b;c' notes.txt") == ("grep", "a|b;c", "notes.txt")
+    assert parse_command("echo \\; '$HOME' \"a b\" HEAD~1 a#b") == (
+        "echo",
+        ";",
+        "$HOME",
+        "a b",
+        "HEAD~1",
+        "a#b",
+    )
+
+
+def test_newlines_are_denied_even_inside_quotes() -> None:
+    assert check_command("echo 'a\nb'", ALLOWED) is not None
+    assert check_command("echo a\x00b", ALLOWED) is not None
+
+
+@pytest.mark.parametrize(
+    ("command", "fragment"),
+    [
+        ("lsx", "command 'lsx' is not in the allowed commands (ls, cat, grep, echo)"),
+        ("LS", "command 'LS' is not in the allowed commands"),
+        ("l* -la", "globs are not allowed in the program position: 'l*'"),
+        ("?s", "globs are not allowed in the program position"),
+        ("PATH=/tmp ls", "environment assignments are not allowed: 'PATH=/tmp'"),
+        ("./ls", "program path './ls' must be absolute"),
+        ("ls 'unclosed", "cannot be parsed"),
+        ("", "empty command"),
+        ("  ''  ", "empty command"),
+    ],
+)
+def test_programs_that_are_not_plainly_allowed_are_denied(command: str, fragment: str) -> None:
+    reason = check_command(command, ALLOWED)
+    assert reason is not None and fragment in reason
+
+
+def test_a_lookalike_program_path_is_denied(tmp_path: Path) -> None:
+    fake = _executable(tmp_path / "ls")
+    reason = check_command(f"{fake} -la", ALLOWED)
+    assert reason == f"program {fake} is not the allowed ls (which is {shutil.which('ls')})"
+    assert check_command([str(fake)], ALLOWED) == reason
+
+
+@pytest.mark.skipif(shutil.which("ls") is None, reason="needs an ls on PATH")
+def test_the_real_program_by_path_or_through_a_symlink_is_allowed(tmp_path: Path) -> None:
+    real = shutil.which("ls")
+    assert real is not None
+    assert check_command([real, "-la"], ALLOWED) is None
+    link = tmp_path / "ls"
+    link.symlink_to(os.path.realpath(real))
+    assert check_command(f"{link} -la", ALLOWED) is None
+
+
+def test_programs_are_found_on_the_given_search_path(tmp_path: Path) -> None:
+    tool = _executable(tmp_path / "bin" / "tool")
+    other = _executable(tmp_path / "other" / "tool")
+    search = str(tmp_path / "bin")
+    assert check_command([str(tool)], ["tool"], search_path=search) is None
+    assert check_command([str(other)], ["tool"], search_path=search) is not None
+    assert check_command([str(tool)], ["tool"], search_path=str(tmp_path / "empty")) is not None
+
+
+def test_absolute_allow_list_entries_name_one_file(tmp_path: Path) -> None:
+    tool = _executable(tmp_path / "bin" / "tool")
+    other = _executable(tmp_path / "other" / "tool")
+    search = str(tmp_path / "bin")
+    assert check_command("tool --x", [str(tool)], search_path=search) is None
+    assert check_command([str(tool)], [str(tool)]) is None
+    assert check_command([str(other)], [str(tool)]) is not None
+    assert check_command("tool", ["bin/tool"], search_path=search) is not None
+
+
+def test_argv_lists_pass_metacharacters_literally_but_refuse_bad_items() -> None:
+    assert check_command(["ls", "a;b", "$(x)", "*"], ALLOWED) is None
+    assert check_command(["ls", "a\x00b"], ALLOWED) == "NUL bytes are not allowed in argv"
+    assert check_command(["ls", 3], ALLOWED) == "argv items must all be strings"  # type: ignore[list-item]
+    assert check_command([], ALLOWED) == "empty command"
+    assert check_command(["nc", "x"], ALLOWED) is not None
+
+
+def test_an_empty_command_list_allows_nothing() -> None:
+    assert check_command("ls", []) == "command 'ls' is not in the allowed commands (none)"
+
+
+_RISKY = "~#=:'\"\\$`;|&<>(){}*?"
+_TOKENS = st.one_of(
+    st.text("ab.-/=:~#*?", min_size=1, max_size=4),  # bare words, incl. tilde and hash
+    st.sampled_from([" ", "  ", "\t"]),
+    st.text(_RISKY + "ab \t", max_size=4).filter(lambda t: "'" not in t).map(lambda t: f"'{t}'"),
+    st.text(_RISKY + "ab \t", max_size=4).map(lambda t: '"' + t.replace('"', "") + '"'),
+    st.sampled_from(_RISKY).map(lambda c: "\\" + c),
+    st.sampled_from(_RISKY),
+)
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash for the differential check")
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(args=st.lists(_TOKENS, min_size=1, max_size=8).map("".join))
+def test_accepted_commands_split_exactly_as_bash_splits_them(tmp_path: Path, args: str) -> None:
+    command = f"printf '%s\\0' {args}"
+    if check_command(command, None) is not None:
+        event("refused")
+        return  # refused: nothing runs, so there is nothing to compare
+    assert BASH is not None
+    # noglob: globs in arguments are documented to stay literal, which is what argv gives.
+    shell = subprocess.run(
+        [BASH, "--norc", "--noprofile", "-f", "-c", command],
+        capture_output=True,
+        cwd=tmp_path,
+        env={"HOME": "/nonexistent-home", "PATH": os.defpath},
+        check=True,
+        timeout=10,
+    )
+    words = shell.stdout.decode().split("\0")[:-1]
+    expected = list(parse_command(command)[2:]) or [""]
+    assert words == expected, shlex.join(words)
