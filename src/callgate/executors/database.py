@@ -274,7 +274,7 @@ class DatabaseExecutor:
     # -- PostgreSQL ------------------------------------------------------------------------
     def _run_postgres(self, dsn: str, sql: str, bound: Any, kind: SqlKind) -> dict[str, Any]:
         try:
-            import psycopg  # noqa: PLC0415 - optional dependency, only when configured
+            import psycopg
         except ImportError as exc:
             raise failed("sql.driver", "PostgreSQL needs the 'postgres' extra (psycopg)") from exc
         options = f"-c statement_timeout={int(self.timeout_s * 1000)}"

@@ -69,7 +69,7 @@ def descriptor_path(fd: int) -> str:
     if sys.platform.startswith("linux"):
         real = os.readlink(f"/proc/self/fd/{fd}")
     elif sys.platform == "darwin":
-        import fcntl  # noqa: PLC0415 - platform-specific
+        import fcntl
 
         raw = fcntl.fcntl(fd, _F_GETPATH, b"\x00" * 1024)
         real = os.fsdecode(raw.split(b"\x00", 1)[0])

@@ -25,6 +25,7 @@ import json
 import re
 import socket
 import ssl
+import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping
@@ -109,6 +110,31 @@ class HttpExecutor:
         self.cross_host_redirects = cross_host_redirects
         self._resolver: Resolver = resolver or system_resolver
         self._verify: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+        self._client: httpx.Client | None = None
+        self._client_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Release the underlying HTTP client (the executor can still be used afterwards)."""
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def _shared_client(self) -> httpx.Client:
+        """One client per executor (building a TLS context is slow), created on first use.
+
+        Keep-alive is off: a pooled TLS connection opened for one host name must never carry a
+        request for another name that resolved to the same address.
+        """
+        with self._client_lock:
+            if self._client is None:
+                self._client = httpx.Client(
+                    trust_env=False,
+                    follow_redirects=False,
+                    verify=self._verify,
+                    limits=httpx.Limits(max_keepalive_connections=0),
+                )
+            return self._client
 
     def execute(self, call: ToolCall) -> ToolResult:
         """Send the allowed request, re-checking every address and redirect on the way."""
@@ -132,22 +158,21 @@ class HttpExecutor:
         deadline = time.monotonic() + self.timeout_s
         origin_host = _host_of(url)
         hops: list[str] = []
-        with httpx.Client(trust_env=False, follow_redirects=False, verify=self._verify) as client:
-            while True:
-                status, reply_headers, content, location = self._exchange(
-                    client, method=method, url=url, headers=headers, body=body, deadline=deadline
-                )
-                if location is None:
-                    break
-                if len(hops) >= self.max_redirects:
-                    raise denied("ssrf.redirect-limit", f"more than {self.max_redirects} redirects")
-                target = self._checked_redirect(url, location, origin_host)
-                if _host_of(target) != _host_of(url):
-                    headers = {k: v for k, v in headers.items()
-                               if k.lower() not in _CREDENTIAL_HEADERS}
-                method, body, headers = _redirected_method(status, method, body, headers)
-                hops.append(str(target))
-                url = target
+        while True:
+            status, reply_headers, content, location = self._exchange(
+                method=method, url=url, headers=headers, body=body, deadline=deadline
+            )
+            if location is None:
+                break
+            if len(hops) >= self.max_redirects:
+                raise denied("ssrf.redirect-limit", f"more than {self.max_redirects} redirects")
+            target = self._checked_redirect(url, location, origin_host)
+            if _host_of(target) != _host_of(url):
+                headers = {k: v for k, v in headers.items()
+                           if k.lower() not in _CREDENTIAL_HEADERS}
+            method, body, headers = _redirected_method(status, method, body, headers)
+            hops.append(str(target))
+            url = target
         output = {
             "status": status,
             "url": str(url),
@@ -160,7 +185,6 @@ class HttpExecutor:
 
     def _exchange(
         self,
-        client: httpx.Client,
         *,
         method: str,
         url: httpx.URL,
@@ -180,6 +204,7 @@ class HttpExecutor:
             raise failed("http.timeout", f"no time left for {url}")
         if url.scheme == "https" and parse_ip(host) is None:
             extensions["sni_hostname"] = host
+        client = self._shared_client()
         request = client.build_request(
             method, url.copy_with(host=address), headers=wire_headers, content=body,
             extensions=extensions, timeout=httpx.Timeout(remaining),
