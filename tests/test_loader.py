@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -453,3 +454,40 @@ def test_any_quoted_tool_name_round_trips_as_the_same_string(name: str) -> None:
     escaped = name.replace("'", "''")
     loaded = parse_policy(f"name: p\nversion: 1\ntools:\n  '{escaped}': {{risk: low}}\n")
     assert list(loaded.policy.tools) == [name]
+
+
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 2000), st.sampled_from(["allow", "x", "on", ""])
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.sampled_from(["id", "decision", "match", "tool", "risk", "hosts", "zz"]),
+                      inner, max_size=3),
+    max_leaves=8,
+)
+_SECTIONS = st.fixed_dictionaries(
+    {"name": st.sampled_from(["p", ""]), "version": _SCALARS},
+    optional={
+        "rules": st.lists(st.dictionaries(
+            st.sampled_from(["id", "priority", "match", "decision", "reason", "bogus"]), _VALUES,
+            max_size=4), max_size=3),
+        "tools": st.dictionaries(st.sampled_from(["t", "on"]), _VALUES, max_size=2),
+        "principal": _VALUES,
+        "run_state": _VALUES,
+        "behavior": _VALUES,
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_SECTIONS)
+def test_every_schema_problem_in_a_yaml_document_gets_a_line_and_column(doc: dict) -> None:
+    text = yaml.safe_dump(doc, sort_keys=False)
+    try:
+        parse_policy(text)
+    except PolicyError as exc:
+        assert exc.problems
+        for problem in exc.problems:
+            assert problem.line is not None and problem.column is not None, problem
+            assert 1 <= problem.line <= text.count("\n") + 1

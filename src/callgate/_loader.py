@@ -248,7 +248,7 @@ def _compose(text: str, source: str) -> Node:
         raise PolicyError([Problem(str(exc), source, line, column)]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        message = " ".join(part for part in (exc.context, exc.problem) if part) or "invalid YAML"
+        message = ": ".join(part for part in (exc.context, exc.problem) if part) or "unreadable"
         place = _place(mark) if mark is not None else (None, None)
         raise PolicyError([Problem(f"invalid YAML: {message}", source, *place)]) from exc
     except yaml.reader.ReaderError as exc:
@@ -431,23 +431,23 @@ def _has_child(value: Any, part: str | int) -> bool:
 
 
 def _error_problem(error: Any, path: NodePath, builder: _Builder) -> Problem:
-    kind, node_path = error["type"], path
+    """One schema error as a problem: unknown keys at the key, missing ones at their mapping."""
+    kind = error["type"]
     if kind == "missing":
-        node_path = path[:-1]
         message = f"missing required key {path[-1]!r}"
     elif kind == "extra_forbidden":
         message = f"unknown key {path[-1]!r}{_suggest(path)}"
     else:
         text = error["msg"].removeprefix("Value error, ")
-        message = f"{text[:1].lower()}{text[1:]} (got {_short(error.get('input'))})"
-        if kind == "value_error":
-            message = f"{text[:1].lower()}{text[1:]}"
-    while node_path not in builder.values:
-        node_path = node_path[:-1]
+        message = f"{text[:1].lower()}{text[1:]}"
+        if kind != "value_error":  # a custom check's message already says what is wrong
+            message += f" (got {_short(error.get('input'))})"
     node = builder.keys.get(path) if kind == "extra_forbidden" else None
-    problem = _problem(message, builder.source, node or builder.values[node_path], node_path)
-    return Problem(problem.message, problem.source, problem.line, problem.column,
-                   field_name(path) or None)
+    node_path = path
+    while node is None and node_path not in builder.values:
+        node_path = node_path[:-1]
+    line, column = _place((node or builder.values[node_path]).start_mark)
+    return Problem(message, builder.source, line, column, field_name(path) or None)
 
 
 def _shape_text(error: Any) -> str:
