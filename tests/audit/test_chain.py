@@ -1,0 +1,132 @@
+"""The pure chain: canonical JSON, record sealing and the columns derived from a record."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from callgate import AuditError
+from callgate.audit.chain import (
+    EVENT_COLUMNS,
+    GENESIS_HASH,
+    canonical_json,
+    config_hash,
+    event_row,
+    make_record,
+    seal,
+    sha256_hex,
+)
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(value=JSON)
+def test_canonical_json_round_trips_and_is_a_fixed_point_of_parsing(value: Any) -> None:
+    text = canonical_json(value)
+    assert canonical_json(json.loads(text)) == text
+    assert json.loads(text) == value
+
+
+@settings(max_examples=100, deadline=None)
+@given(pairs=st.dictionaries(st.text(), st.integers(), max_size=8))
+def test_canonical_json_does_not_depend_on_key_order(pairs: dict[str, int]) -> None:
+    reversed_pairs = dict(reversed(list(pairs.items())))
+    assert canonical_json(pairs) == canonical_json(reversed_pairs)
+
+
+def test_canonical_json_is_compact_sorted_and_keeps_unicode() -> None:
+    assert canonical_json({"b": [1, 2.5], "a": "é"}) == '{"a":"é","b":[1,2.5]}'
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), {"x": object()}, {1j: 2}])
+def test_values_that_are_not_json_raise_audit_error(value: Any) -> None:
+    with pytest.raises(AuditError, match="not JSON"):
+        canonical_json(value)
+
+
+def test_the_hash_covers_every_field_of_the_envelope() -> None:
+    base = dict(
+        seq=3, event_id="e", run_id="r", run_seq=2, kind="decision",
+        timestamp="2026-01-01T00:00:00+00:00", prev=GENESIS_HASH, payload={"a": 1},
+    )  # fmt: skip
+    _, digest = seal(make_record(**base))  # type: ignore[arg-type]
+    changes = {
+        "seq": 4,
+        "event_id": "f",
+        "run_id": "s",
+        "run_seq": 3,
+        "kind": "result",
+        "timestamp": "2026-01-01T00:00:01+00:00",
+        "prev": "1" * 64,
+        "payload": {"a": 2},
+    }
+    for key, other in changes.items():
+        _, changed = seal(make_record(**(base | {key: other})))  # type: ignore[arg-type]
+        assert changed != digest, key
+    assert len(digest) == 64 and digest == sha256_hex(seal(make_record(**base))[0])  # type: ignore[arg-type]
+
+
+def test_decision_columns_are_derived_from_the_record() -> None:
+    payload = {
+        "call": {
+            "tool": "Bash",
+            "tool_class": "shell",
+            "action": "exec",
+            "id": "c1",
+            "taint": [{"source": "web"}, {"source": "email"}, {"source": "web"}],
+        },
+        "decision": {"verdict": "deny", "call_id": "c1"},
+    }
+    record = make_record(
+        seq=1,
+        event_id="e",
+        run_id="r",
+        run_seq=2,
+        kind="decision",
+        timestamp="t",
+        prev=GENESIS_HASH,
+        payload=payload,
+    )
+    text, digest = seal(record)
+    row = dict(zip(EVENT_COLUMNS, event_row(record, text, digest), strict=True))
+    assert row["tool"] == "Bash" and row["tool_class"] == "shell" and row["action"] == "exec"
+    assert (row["verdict"], row["call_id"], row["status"]) == ("deny", "c1", None)
+    assert row["taint"] == "email,web"
+    assert (row["record"], row["hash"], row["prev_hash"]) == (text, digest, GENESIS_HASH)
+
+
+def test_system_events_use_the_system_tool_class() -> None:
+    record = make_record(
+        seq=1,
+        event_id="e",
+        run_id="r",
+        run_seq=2,
+        kind="system",
+        timestamp="t",
+        prev=GENESIS_HASH,
+        payload={"kind": "quarantine"},
+    )
+    row = dict(zip(EVENT_COLUMNS, event_row(record, *seal(record)), strict=True))
+    assert (row["tool"], row["tool_class"], row["action"]) == (
+        "_system.quarantine",
+        "_system",
+        "quarantine",
+    )
+
+
+def test_config_hash_is_order_independent() -> None:
+    assert config_hash({"a": 1, "b": [2]}) == config_hash({"b": [2], "a": 1})
+    assert config_hash({"a": 1}) != config_hash({"a": 2})
