@@ -5,6 +5,7 @@ executes, records the decision in a hash-chained audit log, and judges the run's
 behavioural policies.
 """
 
+from callgate._capabilities import CapabilityToken
 from callgate._errors import (
     AuditError,
     CallgateError,
@@ -16,6 +17,8 @@ from callgate._errors import (
     TemporalError,
     TraceError,
 )
+from callgate._kernel import Kernel
+from callgate._loader import LoadedPolicy, load_policy, parse_policy
 from callgate._model import (
     Decision,
     Event,
@@ -35,6 +38,8 @@ from callgate._policy import (
     Rule,
     ToolPolicy,
 )
+from callgate._tools import Tool
+from callgate.presets import load_preset, preset_names
 
 __all__ = [
     "AuditError",
@@ -42,11 +47,14 @@ __all__ = [
     "CallgateError",
     "Capability",
     "CapabilityConstraints",
+    "CapabilityToken",
     "Decision",
     "Denied",
     "Event",
     "ExecutorError",
     "Flow",
+    "Kernel",
+    "LoadedPolicy",
     "Policy",
     "PolicyError",
     "Principal",
@@ -56,9 +64,14 @@ __all__ = [
     "SandboxError",
     "TaintLabel",
     "TemporalError",
+    "Tool",
     "ToolCall",
     "ToolPolicy",
     "ToolResult",
     "TraceError",
     "Witness",
+    "load_policy",
+    "load_preset",
+    "parse_policy",
+    "preset_names",
 ]

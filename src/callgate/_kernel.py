@@ -17,6 +17,7 @@ import os
 import threading
 import time
 import uuid
+from datetime import UTC, datetime
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -56,14 +57,25 @@ def _deny(reason_id: str, check: str, message: str) -> Reason:
     return Reason(id=reason_id, check=check, message=message)
 
 
-def _depth(value: Any, level: int = 0) -> int:
+def _measure(value: Any, level: int = 0) -> tuple[int, int]:
+    """(approximate size in bytes, nesting depth) of a JSON-like value; stops when too deep."""
+    if isinstance(value, str):
+        return len(value), level
     if level > MAX_PARAMETER_DEPTH:
-        return level
+        return 0, level
+    items: Any
     if isinstance(value, Mapping):
-        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
-    if isinstance(value, list | tuple):
-        return max((_depth(v, level + 1) for v in value), default=level + 1)
-    return level
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return 8, level
+    size, depth = 2, level + 1
+    for item in items:
+        s, d = _measure(item, level + 1)
+        size += s + 1
+        depth = max(depth, d)
+    return size, depth
 
 
 def policy_hash(policy: Policy) -> str:
@@ -111,6 +123,7 @@ class Kernel:
         self._ended = False
         self._pending_grant: int | None = None
         self._pending_quarantine: Quarantine | None = None
+        self._pending_signals: tuple[int, list[Signal]] | None = None
         self._audit = self._open_audit(audit)
 
     # -- public API -------------------------------------------------------------------------
@@ -265,14 +278,11 @@ class Kernel:
         declared = self._tools.get(str(data.get("tool", "")))
         if "tool_class" not in data and declared is not None and declared.tool_class:
             data["tool_class"] = declared.tool_class
-        try:
-            size = len(json.dumps(data.get("parameters", {}), default=str))
-        except (TypeError, ValueError) as exc:
-            return _deny("input.invalid", "validate", f"parameters are not serialisable: {exc}")
+        size, depth = _measure(data.get("parameters", {}))
         if size > MAX_PARAMETER_BYTES:
             return _deny("input.too-large", "validate",
                          f"parameters are {size} bytes, over the limit of {MAX_PARAMETER_BYTES}")
-        if _depth(data.get("parameters", {})) > MAX_PARAMETER_DEPTH:
+        if depth > MAX_PARAMETER_DEPTH:
             return _deny("input.too-deep", "validate",
                          f"parameters nest deeper than {MAX_PARAMETER_DEPTH} levels")
         data.update(id=f"{self.run_id}:{self._seq}", run_id=self.run_id, sequence=self._seq,
@@ -340,8 +350,7 @@ class Kernel:
             Reason(id=rule.id, check="rule", message=rule.reason or rule.decision),))
 
     def _step_behaviour(self, call: ToolCall, taint: frozenset[str]) -> Decision | None:
-        signals = signals_of(call, taint)
-        found = self._state.match_sequence(signals)
+        found = self._state.match_sequence(self._signals(call))
         if found is None:
             return None
         rule, first = found
@@ -364,8 +373,16 @@ class Kernel:
                 _deny("audit.write-failed", "audit", f"the decision could not be audited: {exc}"),))
         return decision
 
+    def _signals(self, call: ToolCall) -> list[Signal]:
+        # Computed once per call: the behaviour step and the run-state update share them.
+        cached = self._pending_signals
+        if cached is None or cached[0] != call.sequence:
+            cached = (call.sequence, signals_of(call, self._taint.input_taint(call)))
+            self._pending_signals = cached
+        return cached[1]
+
     def _update_state(self, call: ToolCall, decision: Decision) -> None:
-        self._state.observe(signals_of(call, self._taint.input_taint(call)))
+        self._state.observe(self._signals(call))
         if decision.verdict == "deny":
             capability = any(r.check == "capability" for r in decision.reasons)
             self._after_deny(decision, call.tool_class, call.sequence, capability)
@@ -501,4 +518,4 @@ def _validation_message(exc: ValidationError) -> str:
 
 
 def _now_iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1e6):06d}Z"
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")

@@ -189,6 +189,8 @@ class RunState:
         self._threshold = quarantine_after
         self._window: deque[Signal] = deque(maxlen=window)
         self._rules = tuple(rules)
+        # Most calls end no sequence: skip the window scan unless a pending signal could.
+        self._then_kinds = frozenset(k for r in self._rules for k in r.then.kinds)
 
     @property
     def quarantined(self) -> bool:
@@ -196,6 +198,8 @@ class RunState:
 
     def match_sequence(self, pending: list[Signal]) -> tuple[SequenceRule, Signal] | None:
         """The first rule whose ``first`` is in the window (or earlier in ``pending``)."""
+        if not any(sig.kind in self._then_kinds for sig in pending):
+            return None
         for rule in self._rules:
             for i, sig in enumerate(pending):
                 earlier = [*self._window, *pending[:i]]
