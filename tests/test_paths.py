@@ -16,6 +16,7 @@ from callgate._paths import (
     PathArg,
     PathRejected,
     canonical,
+    canonical_parameters,
     check_paths,
     compile_glob,
     path_arguments,
@@ -212,6 +213,13 @@ def test_ordinary_text_with_slashes_is_not_a_path() -> None:
     assert path_arguments(params) == []
 
 
+def test_multi_line_free_text_is_content_not_a_path() -> None:
+    code = "/* header */\nint main(void) { return 0; }\n"
+    assert path_arguments({"content": code}) == []
+    # Under a path-named key the value is a path however it looks.
+    assert [a.value for a in path_arguments({"path": code})] == [code, code.strip()]
+
+
 def test_path_shaped_text_is_a_path_under_any_key() -> None:
     params = {
         "q": "/etc/passwd",
@@ -256,7 +264,7 @@ def test_intent_follows_key_names_and_the_action() -> None:
 
 def test_padded_paths_are_also_checked_without_their_padding() -> None:
     found = path_arguments({"content": " /etc/passwd\n"})
-    assert [a.value for a in found] == ["/etc/passwd"]
+    assert [a.value for a in found] == [" /etc/passwd\n", "/etc/passwd"]
     both = path_arguments({"path": " a.txt"})
     assert [a.value for a in both] == [" a.txt", "a.txt"]
 
@@ -272,6 +280,27 @@ def test_parameters_nested_too_deep_are_rejected() -> None:
         deep = [deep]
     with pytest.raises(PathRejected, match="nest deeper"):
         path_arguments({"x": deep})
+
+
+def test_canonical_parameters_rewrites_path_named_values_at_any_depth(tree: Path) -> None:
+    params = {
+        "path": "data/sub/../a.txt",
+        "jobs": [{"dest": "parent_link/secret.txt"}, ("~/.ssh/id_rsa", 3)],
+        "note": "./data/a.txt",
+        "count": 2,
+    }
+    out = canonical_parameters(params, str(tree), extra_path_params=["jobs"])
+    assert out["path"] == str((tree / "data" / "a.txt").resolve())
+    assert out["jobs"][0]["dest"] == str((tree.parent / "outside" / "secret.txt").resolve())
+    assert out["jobs"][1] == (str((tree.parent / "home" / ".ssh" / "id_rsa").resolve()), 3)
+    assert out["note"] == "./data/a.txt"  # free text is checked, not rewritten
+    assert out["count"] == 2
+    assert params["path"] == "data/sub/../a.txt"  # the input is not modified
+
+
+def test_canonical_parameters_rejects_what_canonical_rejects(tree: Path) -> None:
+    with pytest.raises(PathRejected, match="NUL"):
+        canonical_parameters({"opts": {"file": "a\x00b"}}, str(tree))
 
 
 # --------------------------------------------------------------------------- checking

@@ -304,13 +304,18 @@ class _Finder:
             self.visit(text, key, name)
 
     def visit(self, text: str, key: str, name: str) -> None:
-        named = bool(name) and _is_path_name(name, self.extra)
-        stripped = text.strip()
         intent = _intent_of(name, self.default_intent)
-        if (named and text) or _looks_like_path(text):
+        stripped = text.strip()
+        named = bool(name) and _is_path_name(name, self.extra)
+        # Free text is a path only when it is one line shaped like a path: code or prose that
+        # starts with "/" on some line is content, not something a tool opens.
+        one_line = "\n" not in stripped and "\r" not in stripped
+        if not named and not (one_line and _looks_like_path(stripped)):
+            return
+        if text:
             self.found.append(PathArg(key, text, intent))
         # A tool that strips its input would open " /etc/passwd" as "/etc/passwd": check both.
-        if stripped != text and stripped and (named or _looks_like_path(stripped)):
+        if stripped and stripped != text:
             self.found.append(PathArg(key, stripped, intent))
 
 
@@ -323,7 +328,9 @@ def path_arguments(
 
     A string is a path when it is absolute, starts with ``~/``, ``./``, ``../`` or ``file:``, or is
     the value of a path-named parameter (``PATH_PARAM_NAMES``, names ending in ``_path``,
-    ``_file``, ``_dir`` and their plurals, plus ``extra_path_params``), even when relative. Items
+    ``_file``, ``_dir`` and their plurals, plus ``extra_path_params``), even when relative; free
+    text that spans lines is never a path. A value padded with whitespace is reported twice, as
+    written and stripped. Items
     of a list take the name of the key holding the list. The intent is "write" for write-named
     keys (``dest``, ``output``, ``target``, ``write…``, ``out…``), "read" for source-named keys
     (``src``, ``source``, ``input``) and ``default_intent`` (the action's intent) otherwise.
@@ -332,6 +339,35 @@ def path_arguments(
     finder = _Finder(frozenset(p.lower() for p in extra_path_params), default_intent)
     finder.walk(parameters, "", "", 0)
     return finder.found
+
+
+def canonical_parameters(
+    parameters: Mapping[str, Any],
+    working_dir: str,
+    extra_path_params: Iterable[str] = (),
+) -> dict[str, Any]:
+    """A copy of ``parameters`` with the value of every path-named parameter made canonical.
+
+    This is the form to hand the executor, so the file it opens is the file that was checked.
+    Path-shaped free text under other names is checked by ``path_arguments`` but left as written
+    here (it may be prose). Raises ``PathRejected`` like ``canonical`` and for deep nesting.
+    """
+    extra = frozenset(p.lower() for p in extra_path_params)
+
+    def rebuild(value: Any, name: str, depth: int) -> Any:
+        if depth > _MAX_DEPTH:
+            raise PathRejected(f"parameters nest deeper than {_MAX_DEPTH} levels")
+        if isinstance(value, Mapping):
+            return {k: rebuild(v, str(k), depth + 1) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return type(value)(rebuild(v, name, depth + 1) for v in value)
+        text = _as_text(value)
+        if text is not None and name and _is_path_name(name, extra):
+            return canonical(text, working_dir)
+        return value
+
+    rebuilt: dict[str, Any] = rebuild(parameters, "", 0)
+    return rebuilt
 
 
 # --------------------------------------------------------------------------- checking
@@ -354,8 +390,8 @@ def _check_one(
     else:
         if allowed_read is None:
             return None
-        # A read is allowed by the write globs too: a tool allowed to write a file could read it
-        # back anyway by writing and reopening it, so denying the read would protect nothing.
+        # Write globs admit reads too: a tool that may write an area reads back what it wrote
+        # (append, edit in place), and the declared stance is one union of both lists.
         patterns = [*allowed_read, *(allowed_write or ())]
     try:
         resolved = canonical(arg.value, working_dir)
