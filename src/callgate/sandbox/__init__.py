@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -56,33 +57,42 @@ class SandboxOutcome:
     duration_ms: float
 
 
-def _problem(name: str) -> str | None:
-    if name == "bwrap":
-        return bwrap.bwrap_usable()
-    if name == "firejail":
-        return firejail.firejail_usable()
-    return None
+def _locate(name: str, search_path: str | None) -> tuple[str | None, str]:
+    """(absolute path of a backend that can start, or None; why not)."""
+    path = shutil.which(name, path=search_path)
+    if path is None:
+        return None, f"{name} is not installed"
+    path = os.path.abspath(path)
+    problem = bwrap.bwrap_usable(path) if name == "bwrap" else firejail.firejail_usable(path)
+    return (None, problem) if problem else (path, "")
 
 
-def available_backends() -> list[str]:
-    """The confining backends that can start on this host, best first ("none" is not one)."""
-    return [name for name in ("bwrap", "firejail") if _problem(name) is None]
+def available_backends(*, search_path: str | None = None) -> list[str]:
+    """The confining backends that can start on this host, best first ("none" is not one).
+
+    ``search_path`` is the ``PATH`` to look for ``bwrap`` and ``firejail`` in (default: this
+    process's ``PATH``).
+    """
+    return [name for name in ("bwrap", "firejail") if _locate(name, search_path)[0]]
 
 
-def _choose(backend: BackendName, allow_unconfined: bool) -> str:
+def _choose(
+    backend: BackendName, allow_unconfined: bool, search_path: str | None
+) -> tuple[str, str]:
+    """(backend name, its executable) or SandboxError; never unconfined unless asked."""
     if backend == "none":
         if not allow_unconfined:
             raise SandboxError("backend 'none' runs unconfined; it needs allow_unconfined=True")
-        return "none"
+        return "none", ""
     names = ("bwrap", "firejail") if backend == "auto" else (backend,)
     problems = []
     for name in names:
-        problem = _problem(name)
-        if problem is None:
-            return name
+        path, problem = _locate(name, search_path)
+        if path is not None:
+            return name, path
         problems.append(problem)
     if backend == "auto" and allow_unconfined:
-        return "none"
+        return "none", ""
     raise SandboxError("no usable sandbox backend: " + "; ".join(problems))
 
 
@@ -95,12 +105,14 @@ class Sandbox:
         *,
         working_dir: str,
         backend: str,
+        executable: str,
         environ: Mapping[str, str],
         plan: LimitPlan,
     ) -> None:
         self.policy = policy
         self.working_dir = working_dir
         self.backend = backend
+        self.executable = executable
         self.environ = dict(environ)
         self.plan = plan
 
@@ -113,14 +125,16 @@ class Sandbox:
         backend: BackendName = "auto",
         allow_unconfined: bool = False,
         environ: Mapping[str, str] | None = None,
+        search_path: str | None = None,
     ) -> Sandbox:
         """A sandbox enforcing ``policy``; raises ``SandboxError`` when it cannot be enforced.
 
         ``environ`` is the environment declared variables are taken from (default: this
-        process's environment, read now). Relative globs resolve against ``working_dir``.
+        process's environment, read now); ``search_path`` is where to look for the backends'
+        executables (default: ``PATH``). Relative globs resolve against ``working_dir``.
         """
         check_supported(policy)
-        chosen = _choose(backend, allow_unconfined)
+        chosen, executable = _choose(backend, allow_unconfined, search_path)
         launcher = {"bwrap": bwrap.LAUNCHER_TASKS, "firejail": firejail.LAUNCHER_TASKS}
         plan = plan_limits(
             policy.limits,
@@ -130,7 +144,11 @@ class Sandbox:
         )
         env = dict(os.environ) if environ is None else dict(environ)
         return cls(
-            policy, working_dir=os.path.abspath(working_dir), backend=chosen, environ=env,
+            policy,
+            working_dir=os.path.abspath(working_dir),
+            backend=chosen,
+            executable=executable,
+            environ=env,
             plan=plan,
         )
 
@@ -144,9 +162,13 @@ class Sandbox:
             raise SandboxError("an empty command cannot run")
         prefix = self.plan.prefix
         if self.backend == "bwrap":
-            wrapped = bwrap.bwrap_argv(spec, argv, prefix=prefix, status_fd=status_fd)
+            wrapped = bwrap.bwrap_argv(
+                spec, argv, prefix=prefix, status_fd=status_fd, executable=self.executable
+            )
         elif self.backend == "firejail":
-            wrapped = firejail.firejail_argv(spec, argv, prefix=prefix)
+            wrapped = firejail.firejail_argv(
+                spec, argv, prefix=prefix, executable=self.executable
+            )
         else:
             wrapped = none_argv(argv, prefix=prefix)
         if procs is not None:

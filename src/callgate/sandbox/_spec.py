@@ -176,33 +176,64 @@ def _homes(environ: Mapping[str, str]) -> set[str]:
     return {os.path.realpath(home) for home in homes}
 
 
-def sensitive_paths(
-    declared: tuple[str, ...], environ: Mapping[str, str]
-) -> tuple[str, ...]:
-    """Credential paths inside the declared roots that were not declared by name.
+def off_path(top: str, keep: Iterable[str]) -> list[str]:
+    """Entries met on the way from ``top`` down to each path of ``keep`` that lead elsewhere.
 
-    A path is declared by name when a declared root is that path or lies below it; a root
-    above it (``~/**``) does not name it.
+    Hiding them hides everything below ``top`` except ``keep`` (and the directories leading
+    to it). The result is finite: one listing per directory on those ways.
+    """
+    kept = sorted({path for path in keep if is_within(path, top)})
+    if top in kept:
+        return []
+    ways = {top}
+    for path in kept:
+        parent = os.path.dirname(path)
+        while parent not in ways and is_within(parent, top):
+            ways.add(parent)
+            parent = os.path.dirname(parent)
+    found: set[str] = set()
+    for directory in sorted(ways):
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            if path not in ways and not any(is_within(path, k) for k in kept):
+                found.add(path)
+    return sorted(found)
+
+
+def sensitive_paths(
+    visible: tuple[str, ...], named: tuple[str, ...], environ: Mapping[str, str]
+) -> tuple[str, ...]:
+    """Credential paths inside the visible roots that were not declared by name.
+
+    ``named`` are the declared roots before nesting was removed. A credential path is
+    declared by name when a declared root is that path or lies below it; a root above it
+    (``~/**``) does not name it. Declaring ``~/.ssh/known_hosts`` shows that file only: the
+    rest of ``~/.ssh`` stays hidden.
     """
     candidates: set[str] = set()
     for home in _homes(environ):
         for name in SENSITIVE_DIRS:
             candidates.add(os.path.join(home, name))
     budget = [SCAN_BUDGET]
-    for root in declared:
+    for root in visible:
         if os.path.isdir(root):
             candidates.update(_scan(root, budget))
     # A symlinked credential directory is masked where it really is; if that place is not
     # visible the link already dangles inside the sandbox.
-    resolved = {os.path.realpath(path) for path in candidates if os.path.lexists(path)}
-    return tuple(
-        sorted(
-            path
-            for path in resolved
-            if any(is_within(path, root) for root in declared)
-            and not any(is_within(root, path) for root in declared)
-        )
-    )
+    resolved = {os.path.realpath(path) for path in candidates}
+    masked: set[str] = set()
+    for path in resolved:
+        if not os.path.exists(path) or not any(is_within(path, root) for root in visible):
+            continue
+        below = [root for root in named if is_within(root, path)]
+        if path in below:
+            continue
+        masked.update(off_path(path, below) if below else [path])
+    return tuple(sorted(masked))
 
 
 def _environment(
@@ -232,8 +263,10 @@ def build_spec(
     check_supported(policy)
     cwd = os.path.realpath(os.path.join(working_dir, policy.working_dir or "."))
     fs = policy.filesystem
-    writes = _write_roots(fs.write or () if fs else (), cwd)
-    reads = _read_roots(fs.read or () if fs else (), cwd, writes)
+    write_globs, read_globs = (fs.write or (), fs.read or ()) if fs else ((), ())
+    writes = _write_roots(write_globs, cwd)
+    reads = _read_roots(read_globs, cwd, writes)
+    named = tuple(p for pattern in (*write_globs, *read_globs) for p in expand_glob(pattern, cwd))
     network = policy.network == "allow"
     runtime = RUNTIME_ROOTS + (NETWORK_FILES if network else ())
     runtime_present = tuple(p for p in runtime if os.path.lexists(p))
@@ -242,7 +275,7 @@ def build_spec(
         read_roots=reads,
         write_roots=writes,
         runtime_roots=runtime_present,
-        masked=sensitive_paths(reads + writes, environ),
+        masked=sensitive_paths(reads + writes, named, environ),
         env=env,
         withheld_env=withheld,
         network=network,

@@ -109,11 +109,8 @@ def bwrap_argv(
 
 
 @functools.cache
-def bwrap_usable(executable: str = "bwrap") -> str | None:
-    """None when bwrap can start a user-namespace sandbox here, else why not."""
-    path = shutil.which(executable)
-    if path is None:
-        return "bwrap is not installed"
+def bwrap_usable(path: str) -> str | None:
+    """None when the bwrap at ``path`` can start a user-namespace sandbox here, else why not."""
     probe = [path, "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/"]
     try:
         done = subprocess.run(

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from callgate.sandbox._spec import SandboxSpec, is_within
 
 _EXIT_SIGXCPU = 128 + signal.SIGXCPU
-_PATH = re.compile(r"(?:(?<=[\s'\"`‘(])|^)(/[^\s'\"`’:,)]*|\.\.?/[^\s'\"`’:,)]*)")
+_QUOTED = re.compile(r"['\"‘`]([^'\"’`]+)['\"’`]")
+_STRIP = "'\"`‘’,()[]"
 _FORK = ("cannot fork", "can't fork", "resource temporarily unavailable", "errno 11]")
 _MEMORY = ("cannot allocate memory", "memoryerror", "out of memory", "errno 12]")
 _NET = (
@@ -60,11 +61,12 @@ class Confinement:
     reason: str
 
 
-def _last_path(line: str, cwd: str) -> str | None:
-    found = _PATH.findall(line)
-    if not found:
-        return None
-    return os.path.normpath(os.path.join(cwd, found[-1]))
+def _paths(line: str, cwd: str) -> list[str]:
+    """Path-like words of an error line, absolute, in order (quoted ones first)."""
+    words = _QUOTED.findall(line)
+    words += [w.strip(_STRIP) for w in line.split() if "/" in w or w.startswith((".", "'."))]
+    words = [w.rstrip(":") for w in words if w and not w.startswith("[")]
+    return [os.path.normpath(os.path.join(cwd, w)) for w in words if w.strip(_STRIP)]
 
 
 def _hidden(path: str, spec: SandboxSpec) -> bool:
@@ -83,26 +85,28 @@ def _hidden(path: str, spec: SandboxSpec) -> bool:
 def _write(line: str, low: str, spec: SandboxSpec) -> Confinement | None:
     if "read-only file system" not in low:
         return None
-    path = _last_path(line, spec.working_dir) or "?"
+    paths = _paths(line, spec.working_dir)
+    path = paths[-1] if paths else "?"
     return Confinement("sandbox.write", f"write outside declared roots blocked (EROFS): {path}")
 
 
 def _read(line: str, low: str, spec: SandboxSpec) -> Confinement | None:
-    path = _last_path(line, spec.working_dir)
-    if path is None:
+    denied = "permission denied" in low
+    missing = "no such file or directory" in low or "directory nonexistent" in low
+    if not (denied or missing):
         return None
-    if "permission denied" in low:
-        if any(is_within(path, m) for m in spec.masked):
+    for path in _paths(line, spec.working_dir):
+        if denied and any(is_within(path, m) for m in spec.masked):
             return Confinement(
                 "sandbox.read",
                 f"read of a credential path not declared by name blocked (EACCES): {path}",
             )
-        if _hidden(path, spec):  # firejail hides with EACCES rather than absence
+        if not _hidden(path, spec):
+            continue
+        if denied:  # firejail hides with EACCES rather than absence
             return Confinement(
                 "sandbox.read", f"read outside declared roots blocked (EACCES): {path}"
             )
-    missing = "no such file or directory" in low or "directory nonexistent" in low
-    if missing and _hidden(path, spec):
         if any(word in low for word in _CREATE_WORDS) and not os.path.lexists(path):
             return Confinement(
                 "sandbox.write", f"write outside declared roots blocked (not visible): {path}"

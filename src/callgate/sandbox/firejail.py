@@ -24,41 +24,13 @@ import tempfile
 from collections.abc import Sequence
 
 from callgate._errors import SandboxError
-from callgate.sandbox._spec import SandboxSpec, is_within
+from callgate.sandbox._spec import SandboxSpec, off_path
 
 HOSTNAME = "callgate-sandbox"
 #: firejail keeps a launcher and its sandbox monitor in the pids cgroup besides the tool.
 LAUNCHER_TASKS = 3
 #: Paths firejail needs to stay visible for itself.
 _FIREJAIL_OWN = ("/proc", "/dev", "/run/firejail")
-
-
-def hidden_paths(visible: Sequence[str]) -> list[str]:
-    """The siblings met on the way from ``/`` to each visible root: hiding them hides the rest.
-
-    The result is finite (one directory listing per ancestor of a visible root) and covers
-    every path that is neither visible nor an ancestor of something visible.
-    """
-    roots = sorted(set(visible))
-    if "/" in roots:
-        return []
-    hidden: set[str] = set()
-    ancestors = {"/"}
-    for root in roots:
-        parent = os.path.dirname(root)
-        while parent not in ancestors:
-            ancestors.add(parent)
-            parent = os.path.dirname(parent)
-    for directory in sorted(ancestors):
-        try:
-            names = os.listdir(directory)
-        except OSError:
-            continue
-        for name in names:
-            path = os.path.join(directory, name)
-            if path not in ancestors and not any(is_within(path, r) for r in roots):
-                hidden.add(path)
-    return sorted(hidden)
 
 
 def firejail_profile(spec: SandboxSpec) -> str:
@@ -71,7 +43,7 @@ def firejail_profile(spec: SandboxSpec) -> str:
         lines.append("private-tmp")
     lines += [f"read-write {path}" for path in spec.write_roots]
     visible = (*spec.visible(), *_FIREJAIL_OWN, spec.working_dir)
-    lines += [f"blacklist {path}" for path in hidden_paths(visible)]
+    lines += [f"blacklist {path}" for path in off_path("/", visible)]
     lines += [f"blacklist {path}" for path in spec.masked]
     if any("\n" in line for line in lines):
         raise SandboxError("a path containing a newline cannot be written to a firejail profile")
@@ -115,11 +87,8 @@ def firejail_argv(
 
 
 @functools.cache
-def firejail_usable(executable: str = "firejail") -> str | None:
-    """None when firejail can start a sandbox here, else why not."""
-    path = shutil.which(executable)
-    if path is None:
-        return "firejail is not installed"
+def firejail_usable(path: str) -> str | None:
+    """None when the firejail at ``path`` can start a sandbox here, else why not."""
     try:
         done = subprocess.run(
             [path, "--quiet", "--noprofile", "--net=none", "--", "/bin/true"],

@@ -1,0 +1,91 @@
+"""Fixtures for the sandbox tests: a project tree, a fake home with credentials, a server."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from callgate._policy import ToolPolicy
+
+#: A PATH that finds the system's programs without leaking this machine's layout.
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class Project:
+    """A working directory with sources, a fake home and an undeclared directory beside it."""
+
+    root: Path
+    home: Path
+    secret_dir: Path
+
+    @property
+    def environ(self) -> dict[str, str]:
+        return {
+            "PATH": SYSTEM_PATH,
+            "HOME": str(self.home),
+            "SECRET_TOKEN": "s3cret-token-value",
+        }
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    root = tmp_path / "proj"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "main.txt").write_text("hello from the sources\n")
+    (root / ".env").write_text("DB_PASSWORD=hunter2\n")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("-----BEGIN FAKE PRIVATE KEY-----\n")
+    (home / "notes.txt").write_text("ordinary notes\n")
+    secret_dir = tmp_path / "undeclared"
+    secret_dir.mkdir()
+    (secret_dir / "data.txt").write_text("not for the tool\n")
+    return Project(root=root, home=home, secret_dir=secret_dir)
+
+
+def policy(**fields: object) -> ToolPolicy:
+    """A tool policy from keyword fields, validated like a policy file's entry."""
+    return ToolPolicy.model_validate(fields)
+
+
+@dataclass(frozen=True)
+class Server:
+    """A TCP server on 127.0.0.1 that answers every connection with ``pong``."""
+
+    port: int
+    hits: list[int]
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    hits: list[int] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                hits.append(1)
+                conn.sendall(b"pong")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield Server(port=listener.getsockname()[1], hits=hits)
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        listener.close()
