@@ -62,9 +62,14 @@ def test_host_of_refuses_urls_parsers_read_differently(url: str) -> None:
     assert host_of(url) is None
 
 
-def test_fullwidth_letters_normalise_to_the_ascii_host_they_reach() -> None:
-    # IDNA maps fullwidth "ａ" to "a": the request really goes to api.github.com.
-    assert host_of("http://ａpi.github.com/") == "api.github.com"
+@pytest.mark.parametrize(
+    "host", ["ａpi.github.com", "faß.de", "a\u200db.com", "api\u200b.github.com", "σας.gr"]
+)
+def test_hosts_that_idna_would_rewrite_are_refused(host: str) -> None:
+    # IDNA 2003 maps these (fullwidth a -> a, ß -> ss, joiners -> nothing); IDNA 2008 clients
+    # keep or refuse them, so the host checked could differ from the host reached.
+    assert host_of(f"http://{host}/") is None
+    assert check_host(f"http://{host}/", None) is not None
 
 
 def test_exact_patterns_match_only_the_same_host() -> None:

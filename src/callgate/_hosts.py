@@ -3,7 +3,9 @@
 ``host_of`` reduces a URL to the host a client would connect to: userinfo and port removed
 (``http://api.github.com@evil.com/`` reaches ``evil.com``), lowercased, trailing dot stripped,
 internationalised names in their ASCII (``xn--``) form, so a Cyrillic lookalike of
-``api.github.com`` stays distinct from it. Anything a parser could read two ways (backslashes,
+``api.github.com`` stays distinct from it; names that IDNA would rewrite rather than encode
+(``faß.de``, fullwidth letters, zero-width joiners) are refused, since IDNA 2003 and 2008 clients
+rewrite them differently. Anything a parser could read two ways (backslashes,
 whitespace, control characters, percent-encoded or numeric-shorthand hosts) yields ``None``, and
 callers deny.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
+import unicodedata
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
@@ -48,6 +51,24 @@ def _normalize_ip(host: str) -> str | None:
     return f"[{address}]" if address.version == 6 else str(address)
 
 
+def _to_ascii(host: str) -> str | None:
+    """The ``xn--`` form of a name, or ``None`` when IDNA would rewrite it rather than encode it.
+
+    The standard library's IDNA 2003 maps some characters to others (``ß`` to ``ss``, fullwidth
+    letters to ASCII, zero-width joiners to nothing) where IDNA 2008 clients, httpx among them,
+    keep or refuse them: the host checked and the host reached could differ, so any name that does
+    not survive the round trip unchanged is refused.
+    """
+    if host.isascii():
+        return host
+    try:
+        ascii_host = host.encode("idna").decode("ascii").lower()
+        back = ascii_host.encode("ascii").decode("idna")
+    except UnicodeError:
+        return None
+    return ascii_host if back == unicodedata.normalize("NFC", host) else None
+
+
 @functools.lru_cache(maxsize=4096)
 def normalize_host(host: str) -> str | None:
     """A host name in canonical form (lowercase, ASCII, no trailing dot), or ``None`` if invalid.
@@ -63,9 +84,8 @@ def normalize_host(host: str) -> str | None:
     host = host.lower()
     if host.endswith("."):
         host = host[:-1]
-    try:
-        ascii_host = host.encode("idna").decode("ascii").lower()
-    except UnicodeError:
+    ascii_host = _to_ascii(host)
+    if ascii_host is None:
         return None
     labels = ascii_host.split(".")
     if _NUMERIC_LABEL.fullmatch(labels[-1]):
