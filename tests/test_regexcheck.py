@@ -68,6 +68,19 @@ def test_overlapping_alternatives_under_a_quantifier_are_refused(pattern: str) -
     assert reason is not None and reason.startswith("alternatives under a quantifier")
 
 
+@pytest.mark.parametrize("pattern", ["a?" * 20 + "a" * 20, r"\d*\d*\d*\d*", ".*a.*b.*c.*d"])
+def test_long_runs_of_adjacent_overlapping_quantifiers_are_refused(pattern: str) -> None:
+    reason = check_regex(pattern)
+    assert reason is not None and "adjacent quantifiers" in reason
+
+
+@pytest.mark.parametrize(
+    "pattern", [r".*a.*b.*c", r"\d+\.\d+\.\d+\.\d+", r"^\s*\w+\s*=\s*\w+\s*$"]
+)
+def test_short_or_delimited_runs_of_quantifiers_are_accepted(pattern: str) -> None:
+    assert check_regex(pattern) is None
+
+
 @pytest.mark.parametrize("pattern", [r"(a)\1", r"(?P<x>a)(?P=x)", r"(a)?(?(1)b|c)"])
 def test_back_references_and_conditionals_are_refused(pattern: str) -> None:
     reason = check_regex(pattern)

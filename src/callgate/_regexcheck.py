@@ -11,12 +11,15 @@ engine will run, after its optimisations) and refuses:
 * a variable quantifier nested under another repeating quantifier, as in ``(a+)+`` or
   ``(a*)*``, unless each iteration of the outer repeat contains a mandatory character that the
   inner repeat cannot consume (``([a-z]+\\.)+`` is accepted: every iteration ends at a dot);
-* alternatives under a repeating quantifier that can start with the same character, as in
-  ``(a|aa)+`` or ``(a|a)*``.
+* alternatives under a repeating quantifier that can match the same text, as in ``(a|aa)+``
+  or ``(a|a)*``;
+* ``MAX_ADJACENT_QUANTIFIERS`` or more variable quantifiers in a row over shared characters, as
+  in ``a?a?a?a?aaaa`` (each split of the text between them is tried).
 
 Possessive quantifiers and atomic groups never backtrack into their body and are not judged.
-Character sets are compared on a sample alphabet (ASCII, Latin-1, a few other scripts and every
-character the pattern names), which is exact for every overlap the pattern itself can express.
+Character sets are compared on a sample alphabet (Latin-1, a few other scripts, and every
+character and range end the pattern names): two sets the pattern writes down that share any
+character share one of these, except for category-only overlaps outside the sample.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ _c: Any = importlib.import_module("re._constants")
 
 #: Longer patterns are refused outright: nobody audits a 2 KiB regex.
 MAX_PATTERN_LENGTH = 512
+#: This many variable quantifiers in a row over shared characters is refused (``.*a.*b.*`` is 3).
+MAX_ADJACENT_QUANTIFIERS = 4
 
 _SINGLE_CHAR = frozenset({_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN})
 _BACKTRACKING_REPEATS = frozenset({_c.MAX_REPEAT, _c.MIN_REPEAT})
@@ -94,6 +99,8 @@ class _Checker:
 
     def walk(self, seq: Iterable[Any]) -> None:
         """Check every construct in ``seq``, recursively."""
+        seq = list(seq)
+        self._check_runs(seq)
         for op, av in seq:
             if op in (_c.GROUPREF, _c.GROUPREF_EXISTS):
                 raise _Unsafe("back-references and conditional groups are not allowed")
@@ -101,6 +108,26 @@ class _Checker:
                 self._check_repeat_body(av[2])
             for child in _children(op, av):
                 self.walk(child)
+
+    def _check_runs(self, seq: Sequence[Any]) -> None:
+        """Refuse long runs of adjacent variable quantifiers over shared characters.
+
+        ``a?a?a?a?aaaa`` or ``\\d*\\d*\\d*\\d*`` try every way of splitting the text between
+        them; a mandatory character none of them can consume ends a run.
+        """
+        count, chars = 0, frozenset[str]()
+        for item in _flat(seq):
+            op, av = item
+            if op in _BACKTRACKING_REPEATS and av[0] != av[1]:
+                body = self.all_chars(av[2])
+                count, chars = (count + 1, chars | body) if body & chars else (1, body)
+                if count >= MAX_ADJACENT_QUANTIFIERS:
+                    raise _Unsafe(
+                        f"{count} adjacent quantifiers over the same characters (as in "
+                        "a?a?a?a?aaaa), which backtrack exponentially or polynomially"
+                    )
+            elif self._is_mandatory_char(item) and not (self._item_chars(item) & chars):
+                count, chars = 0, frozenset()
 
     def _check_repeat_body(self, body: Sequence[Any]) -> None:
         if not self._iterations_are_delimited(body):
