@@ -135,10 +135,14 @@ def _program(
         str(sub): _program(name, body or {}, options)
         for sub, body in (data.get("subcommands") or {}).items()
     }
+    positionals = [_positional(p) for p in data.get("positionals", ())]
+    if "subcommand_role" in data and not subs:
+        # a named first word whose values are not catalogued (``gh pr create``)
+        positionals.insert(0, (str(data["subcommand_role"]), "?"))
     return ProgramSpec(
         name=name,
         options=options,
-        positionals=tuple(_positional(p) for p in data.get("positionals", ())),
+        positionals=tuple(positionals),
         subcommands=subs,
         subcommand_role=data.get("subcommand_role", "subcommand"),
         defaults=dict(data.get("defaults", {})),
@@ -248,11 +252,12 @@ def _read_cluster(
 def _read_words(g: _Grounding, spec: ProgramSpec, words: Sequence[str]) -> ProgramSpec:
     """Read flags and positionals; descends into subcommands. Returns the innermost spec."""
     end_of_options = False
+    separator_seen = False
     i = 0
     while i < len(words):
         word = words[i]
-        if not end_of_options and word == "--":
-            end_of_options = True
+        if not separator_seen and word == "--":
+            end_of_options = separator_seen = True
         elif not end_of_options and word.startswith("-") and len(word) > 1:
             i += _read_flag(g, spec, words, i)
         elif spec.subcommands and not g.positionals and spec.subcommand_role not in g.args:
@@ -321,7 +326,7 @@ def _host(value: str, kind: str) -> str | None:
     match = _REMOTE.match(value)
     if match:
         return match.group("host").strip("[]")
-    return value if kind == "host" else None
+    return value.rsplit("@", 1)[-1] or None if kind == "host" else None
 
 
 def _derive(args: dict[str, Any], spec: ProgramSpec) -> None:

@@ -155,10 +155,7 @@ class _Walker:
         elif kind == "command":
             self._command(node, level, redirects)
         elif kind == "redirected_statement":
-            body = node.child_by_field_name("body")
-            own = tuple(self._redirect(r) for r in node.children_by_field_name("redirect"))
-            if body is not None:
-                self.visit(body, level + 1, redirects + own)
+            self._redirected(node, level, redirects)
         elif kind in ("variable_assignment", "declaration_command"):
             self._assignment(node, level)
         elif kind in _SUBSTITUTIONS:
@@ -166,6 +163,29 @@ class _Walker:
         else:
             for child in node.named_children:
                 self.visit(child, level + 1, redirects)
+
+    def _redirected(self, node: Node, level: int, redirects: tuple[Redirect, ...]) -> None:
+        own: list[Redirect] = []
+        trailing: list[Node] = []
+        for item in node.children_by_field_name("redirect"):
+            own.append(self._redirect(item))
+            if item.type == "heredoc_redirect":
+                # ``cat <<EOF > f`` and ``cat <<EOF | grep x``: the rest of the line sits
+                # inside the here-document node.
+                for child in item.named_children:
+                    if child.type.endswith("_redirect"):
+                        own.append(self._redirect(child))
+                    elif child.type not in ("heredoc_start", "heredoc_body", "heredoc_end"):
+                        trailing.append(child)
+        body = node.child_by_field_name("body")
+        if body is not None:
+            self.visit(body, level + 1, redirects + tuple(own))
+        previous = self.out[-1].program if self.out else None
+        for child in trailing:
+            before = len(self.out)
+            self.visit(child, level + 1, redirects)
+            if len(self.out) > before and previous:
+                self.out[before] = replace(self.out[before], piped_from=previous)
 
     def _pipeline(self, node: Node, level: int, redirects: tuple[Redirect, ...]) -> None:
         previous: str | None = None
