@@ -143,15 +143,16 @@ class ToolPolicy(StrictModel):
     path_params: tuple[str, ...] = ()
     tool_class: str | None = None
 
-    @model_validator(mode="after")
-    def _hosts_need_a_proxy(self) -> ToolPolicy:
+    @field_validator("network")
+    @classmethod
+    def _hosts_need_a_proxy(cls, value: Any) -> Any:
         # An allow-list nobody enforces would silently act as allow-all (or deny-all): refuse it.
-        if isinstance(self.network, NetworkHosts) and not self.network.proxy:
+        if isinstance(value, NetworkHosts) and not value.proxy:
             raise ValueError(
                 "network host allow-lists need an egress proxy (network.proxy); without one "
                 "use 'deny' or 'allow'"
             )
-        return self
+        return value
 
 
 class RunStateSettings(StrictModel):
