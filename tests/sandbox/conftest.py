@@ -7,10 +7,12 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from callgate._policy import ToolPolicy
+from callgate.sandbox import SandboxOutcome
 
 #: A PATH that finds the system's programs without leaking this machine's layout.
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -47,6 +49,31 @@ def project(tmp_path: Path) -> Project:
     secret_dir.mkdir()
     (secret_dir / "data.txt").write_text("not for the tool\n")
     return Project(root=root, home=home, secret_dir=secret_dir)
+
+
+#: The issue's example tool, with the working directory's ./src and ./build.
+BUILDER: dict[str, Any] = {
+    "risk": "high",
+    "filesystem": {"read": ["./src/**"], "write": ["./build/**"]},
+    "network": "deny",
+    "environment": {"allow": ["PATH", "HOME"]},
+    "exec": "allow",
+}
+
+
+def assert_denied(outcome: SandboxOutcome, reason_id: str) -> None:
+    """The sandbox stopped something, and says what."""
+    assert outcome.confined, outcome
+    assert outcome.reason_id == reason_id, outcome
+    assert outcome.reason
+
+
+def connect_code(port: int) -> str:
+    """Python source that connects to 127.0.0.1:port and prints what the server says."""
+    return (
+        f"import socket; s = socket.create_connection(('127.0.0.1', {port}), timeout=2); "
+        "print(s.recv(4).decode())"
+    )
 
 
 def policy(**fields: object) -> ToolPolicy:

@@ -12,20 +12,12 @@ import pytest
 
 from callgate import SandboxError
 from callgate.sandbox import Sandbox, SandboxOutcome, available_backends
-from .conftest import SYSTEM_PATH, Project, Server, policy
+
+from .conftest import BUILDER, SYSTEM_PATH, Project, Server, assert_denied, connect_code, policy
 
 pytestmark = pytest.mark.skipif(
     "bwrap" not in available_backends(), reason="bubblewrap cannot start on this host"
 )
-
-BUILDER: dict[str, Any] = {
-    "risk": "high",
-    "filesystem": {"read": ["./src/**"], "write": ["./build/**"]},
-    "network": "deny",
-    "environment": {"allow": ["PATH", "HOME"]},
-    "exec": "allow",
-}
-
 
 def sandbox(project: Project, **fields: Any) -> Sandbox:
     merged = {**BUILDER, **fields}
@@ -40,12 +32,6 @@ def sh(box: Sandbox, script: str) -> SandboxOutcome:
 
 def py(box: Sandbox, code: str) -> SandboxOutcome:
     return box.run(["python3", "-c", code])
-
-
-def assert_denied(outcome: SandboxOutcome, reason_id: str) -> None:
-    assert outcome.confined, outcome
-    assert outcome.reason_id == reason_id, outcome
-    assert outcome.reason
 
 
 def test_legitimate_build_runs_untouched_and_writes_into_the_build_root(project: Project):
@@ -129,6 +115,16 @@ def test_ssh_key_declared_by_name_is_readable(project: Project):
     assert b"FAKE PRIVATE KEY" in outcome.stdout
 
 
+def test_declaring_one_ssh_file_by_name_leaves_the_rest_of_ssh_hidden(project: Project):
+    (project.home / ".ssh" / "known_hosts").write_text("example.org ssh-ed25519 AAAA\n")
+    read = [f"{project.home}/**", f"{project.home}/.ssh/known_hosts"]
+    box = sandbox(project, filesystem={"read": read})
+    assert sh(box, "cat $HOME/.ssh/known_hosts").stdout.startswith(b"example.org")
+    outcome = sh(box, "cat $HOME/.ssh/id_rsa")
+    assert_denied(outcome, "sandbox.read")
+    assert b"PRIVATE KEY" not in outcome.stdout
+
+
 def test_dotenv_file_in_a_declared_tree_is_hidden(project: Project):
     box = sandbox(project, filesystem={"read": ["./**"], "write": []})
     outcome = sh(box, "cat .env")
@@ -137,20 +133,14 @@ def test_dotenv_file_in_a_declared_tree_is_hidden(project: Project):
 
 
 def test_network_denied_stops_a_connection_to_a_local_server(project: Project, server: Server):
-    code = (
-        "import socket; s = socket.create_connection(('127.0.0.1', %d), timeout=2); "
-        "print(s.recv(4).decode())" % server.port
-    )
+    code = connect_code(server.port)
     outcome = py(sandbox(project, network="deny"), code)
     assert_denied(outcome, "sandbox.network")
     assert server.hits == []
 
 
 def test_network_allowed_reaches_the_same_local_server(project: Project, server: Server):
-    code = (
-        "import socket; s = socket.create_connection(('127.0.0.1', %d), timeout=2); "
-        "print(s.recv(4).decode())" % server.port
-    )
+    code = connect_code(server.port)
     outcome = py(sandbox(project, network="allow"), code)
     assert not outcome.confined, outcome
     assert outcome.stdout == b"pong\n"

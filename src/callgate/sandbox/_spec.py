@@ -180,7 +180,8 @@ def off_path(top: str, keep: Iterable[str]) -> list[str]:
     """Entries met on the way from ``top`` down to each path of ``keep`` that lead elsewhere.
 
     Hiding them hides everything below ``top`` except ``keep`` (and the directories leading
-    to it). The result is finite: one listing per directory on those ways.
+    to it). The result is finite: one listing per directory on those ways. Symlinks are left:
+    a link's target is hidden or shown on its own account.
     """
     kept = sorted({path for path in keep if is_within(path, top)})
     if top in kept:
@@ -199,6 +200,10 @@ def off_path(top: str, keep: Iterable[str]) -> list[str]:
             continue
         for name in names:
             path = os.path.join(directory, name)
+            # Mounting over a symlink would hide its target, which may be a kept path; a link
+            # whose target is not kept already leads to something hidden.
+            if os.path.islink(path):
+                continue
             if path not in ways and not any(is_within(path, k) for k in kept):
                 found.add(path)
     return sorted(found)
