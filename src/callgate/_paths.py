@@ -129,7 +129,9 @@ def _check_text(path: str) -> None:
         raise PathRejected(f"path {path!r} contains a backslash, which is ambiguous")
 
 
+@functools.lru_cache(maxsize=256)
 def _real_dir(working_dir: str) -> str:
+    # Cached: the join below is realpath'd again as a whole, so a stale entry cannot widen reach.
     base = _expand_user(working_dir)
     if not os.path.isabs(base):
         raise PathRejected(f"working directory {working_dir!r} is not absolute")
@@ -160,7 +162,10 @@ def canonical(path: str, working_dir: str) -> str:
     """
     # No lexical normalisation first: "link/.." must climb from the link's target, as the
     # kernel does, not cancel out the link.
-    absolute = _absolute(path, working_dir, normalize=False)
+    return _resolve(path, _absolute(path, working_dir, normalize=False))
+
+
+def _resolve(path: str, absolute: str) -> str:
     try:
         return os.path.realpath(absolute)
     except (OSError, ValueError) as exc:  # e.g. lone surrogates the filesystem cannot encode
@@ -292,7 +297,9 @@ class _Finder:
     def walk(self, value: Any, key: str, name: str, depth: int) -> None:
         if depth > _MAX_DEPTH:
             raise PathRejected(f"parameters nest deeper than {_MAX_DEPTH} levels at {key!r}")
-        if isinstance(value, Mapping):
+        if isinstance(value, str):  # the common case first: ABC checks below are slower
+            self.visit(value, key, name)
+        elif isinstance(value, dict | Mapping):
             for raw_name, child in value.items():
                 child_name = str(raw_name)
                 child_key = f"{key}.{child_name}" if key else child_name
@@ -394,14 +401,14 @@ def _check_one(
         # (append, edit in place), and the declared stance is one union of both lists.
         patterns = [*allowed_read, *(allowed_write or ())]
     try:
-        resolved = canonical(arg.value, working_dir)
-        lexical = _absolute(arg.value, working_dir)
+        absolute = _absolute(arg.value, working_dir, normalize=False)
+        resolved = _resolve(arg.value, absolute)
         if _allowed_by(resolved, patterns, working_dir):
             return None
     except PathRejected as exc:
         return PathVerdict(arg.key, arg.value, None, arg.intent, exc.reason)
     purpose = " for writing" if arg.intent == "write" else ""
-    if lexical != resolved:
+    if os.path.normpath(absolute) != resolved:
         reason = (
             f"path {arg.value} resolves through a symlink to {resolved}, outside the allowed "
             f"paths{purpose}"
