@@ -123,3 +123,17 @@ def test_the_example_policy_gates_write_report_layer_by_layer(example_policy: Lo
              "parameters": {"url": "https://api.github.com/"}})
     d = k.check({**wr, "parameters": {"path": "./out/r.txt"}})
     assert d.reasons[0].id == "tool.filesystem"
+
+
+def test_a_function_declared_without_a_kernel_brings_its_policy(kernel: Kernel) -> None:
+    from callgate import declare
+
+    @declare(ToolPolicy(filesystem={"read": ["./uploads/**"]}), name="peek2")  # type: ignore[arg-type]
+    def peek(path: str) -> str:
+        return "seen"
+
+    bound = kernel.tool()(peek)
+    assert bound.name == "peek2"
+    assert bound("./uploads/x") == "seen"
+    with pytest.raises(Denied):
+        bound("/etc/hostname")

@@ -38,7 +38,7 @@ from callgate._policy import (
     Rule,
     ToolPolicy,
 )
-from callgate._tools import Tool
+from callgate._tools import Tool, ToolDeclaration, declare
 from callgate.presets import load_preset, preset_names
 
 __all__ = [
@@ -66,10 +66,12 @@ __all__ = [
     "TemporalError",
     "Tool",
     "ToolCall",
+    "ToolDeclaration",
     "ToolPolicy",
     "ToolResult",
     "TraceError",
     "Witness",
+    "declare",
     "load_policy",
     "load_preset",
     "parse_policy",

@@ -13,6 +13,7 @@ import functools
 import inspect
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from callgate._errors import ExecutorError
@@ -33,6 +34,42 @@ def _jsonable(value: Any) -> Any:
     except (TypeError, ValueError):
         return repr(value)
     return value
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+DECLARATION_ATTR = "__callgate_tool__"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDeclaration:
+    """A tool's declared policy, attached to its function by ``callgate.declare``."""
+
+    name: str
+    policy: ToolPolicy
+    tool_class: str | None = None
+    action: str = "call"
+
+
+def declare(policy: ToolPolicy, *, name: str | None = None, tool_class: str | None = None,
+            action: str = "call") -> Callable[[F], F]:
+    """Declare a tool's policy in code, without a kernel (for manifests and static checks).
+
+    The function is returned unchanged but for the attached declaration; ``kernel.tool()`` on a
+    declared function uses it.
+    """
+
+    def mark(fn: F) -> F:
+        setattr(fn, DECLARATION_ATTR, ToolDeclaration(name or fn.__name__, policy, tool_class,
+                                                      action))
+        return fn
+
+    return mark
+
+
+def declaration_of(fn: Any) -> ToolDeclaration | None:
+    """The declaration attached by ``declare``, if any."""
+    found = getattr(fn, DECLARATION_ATTR, None)
+    return found if isinstance(found, ToolDeclaration) else None
 
 
 class Tool(Generic[P, R]):
@@ -79,11 +116,15 @@ def tool_decorator(kernel: Kernel, name: str | None, policy: ToolPolicy | None,
     """The body of ``Kernel.tool``: declare the policy, wrap the function."""
 
     def wrap(fn: Callable[P, R]) -> Tool[P, R]:
-        tool_name = name or fn.__name__
-        if policy is not None:
-            kernel.declare_tool(tool_name, policy)
+        found = declaration_of(fn)
+        tool_name = name or (found.name if found else fn.__name__)
+        chosen = policy or (found.policy if found else None)
+        if chosen is not None:
+            kernel.declare_tool(tool_name, chosen)
         declared = kernel.tool_policy(tool_name)
-        cls = tool_class or (declared.tool_class if declared else None) or "function"
-        return Tool(kernel, fn, name=tool_name, tool_class=cls, action=action)
+        cls = (tool_class or (found.tool_class if found else None)
+               or (declared.tool_class if declared else None) or "function")
+        act = found.action if found is not None and action == "call" else action
+        return Tool(kernel, fn, name=tool_name, tool_class=cls, action=act)
 
     return wrap
