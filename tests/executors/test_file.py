@@ -282,3 +282,11 @@ def test_no_generated_path_writes_or_deletes_outside_the_write_tree(
     assert sorted(p.name for p in (tree / "secret").iterdir()) == ["key.txt"]
     assert (tree / "work" / "data" / "notes.txt").read_text() == "hello notes"
     assert (tree / "work" / "data" / "link.txt").is_symlink()
+
+
+def test_dotdot_after_a_symlink_is_resolved_like_the_operating_system_does(tree: Path) -> None:
+    """data/escape/.. is the parent of secret/, not data/: no lexical shortcut to data/."""
+    (tree / "notes.txt").write_text("outside notes")
+    result = run(executor(tree), "read", path="data/escape/../notes.txt")
+    assert (result.status, reason(result)) == ("denied", "path.outside-allowed")
+    assert "outside notes" not in str(result.output)

@@ -79,7 +79,9 @@ def classify_sql(sql: str, dialect: str = "sqlite") -> SqlClass:
     (``"aux.users"``); names defined by a ``WITH`` clause are not tables.
     """
     try:
-        parsed = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+        statements = sqlglot.parse(sql, read=dialect)
+        # A comment after the last semicolon parses as a bare Semicolon: not a statement.
+        parsed = [s for s in statements if s is not None and not isinstance(s, exp.Semicolon)]
     except SqlglotError as exc:
         raise ExecutorError(f"SQL does not parse as {dialect}: {exc}") from exc
     kind: SqlKind = "read"
@@ -229,29 +231,51 @@ class DatabaseExecutor:
         try:
             if kind == "read":
                 conn.execute("PRAGMA query_only = ON")
-            conn.set_authorizer(self._authorizer(kind))
+            conn.set_authorizer(self._authorizer(kind, conn))
             conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
             cursor = conn.execute(sql, bound)
             return self._collect(cursor.description, cursor.fetchmany, cursor.rowcount)
         except sqlite3.Error as exc:
             if time.monotonic() > deadline:
                 raise failed("sql.timeout", f"statement ran past {self.timeout_s}s") from exc
-            if "not authorized" in str(exc):
+            code = getattr(exc, "sqlite_errorcode", None)
+            if code in (sqlite3.SQLITE_AUTH, sqlite3.SQLITE_READONLY):
                 raise denied("sql.engine-refused", f"the engine authorizer refused: {exc}") from exc
             raise failed("sql.error", str(exc)) from exc
         finally:
             conn.close()
 
-    def _authorizer(self, kind: SqlKind) -> Callable[[int, str | None, str | None,
-                                                      str | None, str | None], int]:
-        """The engine-level check: tables really touched, functions really called."""
+    def _authorizer(self, kind: SqlKind, conn: sqlite3.Connection) -> Callable[
+        [int, str | None, str | None, str | None, str | None], int
+    ]:
+        """The engine-level check: tables really touched, functions really called.
+
+        SQLite reports reads made on behalf of a view or trigger with that object's name as
+        ``source``; those objects were defined by the operator, so their inner accesses pass.
+        A CTE name is also reported as a ``source`` but is *not* trusted: reads inside a CTE are
+        checked like any other. Reads of names that are not real tables (CTE results) pass,
+        since the reads that fill them are checked themselves, and so do reads of no column
+        (``count(*)``), which reveal a row count but no values.
+        """
+        schema = conn.execute("SELECT type, lower(name) FROM sqlite_master").fetchall()
+        objects = {name for type_, name in schema if type_ in ("view", "trigger")}
+        real_tables = {name for type_, name in schema if type_ == "table"}
+        schema_tables = {"sqlite_master", "sqlite_temp_master", "sqlite_schema"}
         writes = {sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE}
         reads = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
-        schema_tables = {"sqlite_master", "sqlite_temp_master", "sqlite_schema"}
         allowed = self._allowed
 
+        def permitted(table: str, column: str | None, db: str | None, source: str | None) -> bool:
+            if (source or "").lower() in objects or not table:
+                return True
+            if column == "":
+                return True  # no column is read (count(*) over a flattened view): no values
+            if db is None and table not in real_tables | schema_tables:
+                return True  # a CTE or subquery result, not a stored table
+            return table_allowed(table, allowed)
+
         def authorize(
-            action: int, arg1: str | None, arg2: str | None, _db: str | None, source: str | None
+            action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None
         ) -> int:
             if action == sqlite3.SQLITE_FUNCTION:
                 return _SQLITE_DENY if (arg2 or "").lower() in FORBIDDEN_FUNCTIONS else _SQLITE_OK
@@ -260,13 +284,8 @@ class DatabaseExecutor:
             table = (arg1 or "").lower()
             if kind == "ddl" and table in schema_tables:
                 return _SQLITE_OK  # DDL updates the schema table itself
-            inside_object = source is not None  # a view or trigger the operator defined
-            if action in reads:
-                ok = inside_object or not table or table_allowed(table, allowed)
-                return _SQLITE_OK if ok else _SQLITE_DENY
-            if action in writes and kind in ("write", "ddl"):
-                ok = inside_object or table_allowed(table, allowed)
-                return _SQLITE_OK if ok else _SQLITE_DENY
+            if action in reads or (action in writes and kind in ("write", "ddl")):
+                return _SQLITE_OK if permitted(table, arg2, db, source) else _SQLITE_DENY
             return _SQLITE_OK if kind == "ddl" and action not in writes | reads else _SQLITE_DENY
 
         return authorize

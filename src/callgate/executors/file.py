@@ -135,7 +135,9 @@ class FileExecutor:
     def _lexical(self, raw: str) -> str:
         if not raw or "\x00" in raw:
             raise denied("path.invalid", "path is empty or contains a NUL byte")
-        return os.path.normpath(os.path.join(self._root, raw))
+        # No lexical collapse of "..": the OS resolves it after symlinks, and so must we, so
+        # that the file checked by the kernel's path gate is the file opened here.
+        return os.path.join(self._root, raw)
 
     def _require(self, scope: PathScope, real: str, verb: str) -> None:
         if not scope.contains(real):
