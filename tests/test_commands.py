@@ -80,9 +80,16 @@ def test_quoted_and_escaped_metacharacters_are_literal_arguments() -> None:
     )
 
 
-def test_newlines_are_denied_even_inside_quotes() -> None:
+def test_newlines_and_control_characters_are_denied_even_inside_quotes() -> None:
     assert check_command("echo 'a\nb'", ALLOWED) is not None
-    assert check_command("echo a\x00b", ALLOWED) is not None
+    assert (
+        check_command("echo a\x00b", ALLOWED)
+        == "NUL bytes are not allowed: '\\0' in 'echo a\\x00b'"
+    )
+    assert check_command("echo '\x1b[2Jhidden'", ALLOWED) == (
+        "control characters are not allowed: '\\x1b' in \"echo '\\x1b[2Jhidden'\""
+    )
+    assert check_command("echo\ta", ALLOWED) is None
 
 
 @pytest.mark.parametrize(

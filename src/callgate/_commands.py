@@ -99,11 +99,16 @@ def _shell_construct(command: str) -> str | None:
     for char, shown in _ALWAYS_BAD.items():
         if char in command:
             return shown
+    for char in command:
+        # Other control characters split nothing in either reading, but they hide what a
+        # reviewer of the audit log would read (escape sequences, backspaces).
+        if (ord(char) < 0x20 and char != "\t") or ord(char) == 0x7F:
+            return f"\\x{ord(char):02x}"
     return _scan_unquoted(command)
 
 
 def _construct_reason(token: str, command: str) -> str:
-    kind = _KIND.get(token, "redirections")
+    kind = _KIND.get(token, "control characters" if token.startswith("\\x") else "redirections")
     return f"{kind} are not allowed: '{token}' in {_show(command)}"
 
 
