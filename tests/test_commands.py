@@ -155,6 +155,11 @@ def test_argv_lists_pass_metacharacters_literally_but_refuse_bad_items() -> None
     assert check_command(["nc", "x"], ALLOWED) is not None
 
 
+def test_an_unencodable_program_path_is_denied_not_raised() -> None:
+    reason = check_command(["/usr/bin/l\ud800s"], [*ALLOWED, "/usr/bin/ls"])
+    assert reason is not None and "cannot be resolved" in reason
+
+
 def test_an_empty_command_list_allows_nothing() -> None:
     assert check_command("ls", []) == "command 'ls' is not in the allowed commands (none)"
 

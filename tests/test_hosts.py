@@ -148,6 +148,11 @@ def test_check_host_denies_schemes_other_than_http_and_https(url: str, scheme: s
     assert check_host(url, None) == reason
 
 
+def test_non_text_urls_are_denied_not_raised() -> None:
+    assert check_host(None, ALLOWED) == "URL None is not text"  # type: ignore[arg-type]
+    assert host_of(b"http://api.github.com/") is None  # type: ignore[arg-type]
+
+
 def test_check_host_denies_backslash_tricks_with_a_reason() -> None:
     reason = check_host("http://evil.com\\@api.github.com/", ALLOWED)
     assert reason is not None and "'\\\\'" in reason

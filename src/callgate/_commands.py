@@ -202,6 +202,6 @@ def check_command(
     try:
         if any(_entry_allows(program, entry, search_path) for entry in allowed):
             return None
+        return _program_reason(program, allowed, search_path)
     except (OSError, ValueError) as exc:  # realpath on an unencodable name, and the like
         return f"program {program!r} cannot be resolved: {exc}"
-    return _program_reason(program, allowed, search_path)

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 ALLOWED_SCHEMES: frozenset[str] = frozenset({"http", "https"})
 
 _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 _NUMERIC_LABEL = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)")
 _MAX_HOST = 253
 _SHOW = 120
@@ -97,6 +98,8 @@ def normalize_host(host: str) -> str | None:
 
 def _parse(url: str) -> tuple[str, str] | str:
     """``(scheme, host)`` of a URL, or the reason there is no trustworthy host."""
+    if not isinstance(url, str):  # callers pass agent input: fail closed on anything else
+        return f"URL {url!r} is not text"
     bad = _unsafe_char(url)
     if bad is not None:
         return f"URL {_show(url)} contains {bad!r}, which parsers read differently"
@@ -155,8 +158,10 @@ def check_host(url: str, allowed: Sequence[str] | None) -> str | None:
     """
     parsed = _parse(url)
     if isinstance(parsed, str):
-        if ":" in url and not url.lower().startswith(("http:", "https:")):
-            scheme = url.split(":", 1)[0].lower()
+        # A URL with no host may still have a scheme, and the scheme is the better reason.
+        found = _SCHEME.match(url) if isinstance(url, str) else None
+        if found and found.group(1).lower() not in ALLOWED_SCHEMES:
+            scheme = found.group(1).lower()
             return f"scheme {scheme!r} is not allowed (only http and https): {_show(url)}"
         return parsed
     scheme, host = parsed
