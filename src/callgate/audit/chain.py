@@ -119,11 +119,16 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _obj(value: Any) -> Mapping[str, Any]:
+    # Records are read back from a file an attacker may have written: never assume a shape.
+    return value if isinstance(value, Mapping) else {}
+
+
 def _query_columns(kind: str, payload: Mapping[str, Any]) -> tuple[Any, ...]:
     """(tool, tool_class, action, verdict, call_id, status, taint) of one record."""
     if kind == "decision":
-        call = payload.get("call") or {}
-        decision = payload.get("decision") or {}
+        call = _obj(payload.get("call"))
+        decision = _obj(payload.get("decision"))
         call_id = _str_or_none(call.get("id")) or _str_or_none(decision.get("call_id"))
         return (
             _str_or_none(call.get("tool")),
@@ -135,7 +140,7 @@ def _query_columns(kind: str, payload: Mapping[str, Any]) -> tuple[Any, ...]:
             taint_column(call.get("taint")),
         )
     if kind == "result":
-        result = payload.get("result") or {}
+        result = _obj(payload.get("result"))
         return (
             None,
             None,

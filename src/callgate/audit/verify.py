@@ -87,6 +87,7 @@ class _Verifier:
         self.runs: dict[str, _RunState] = {}
         self.wanted: dict[int, str] = {cp.seq: "" for cp in checkpoints}
         self.wanted[0] = GENESIS_HASH
+        self.where: tuple[str, Any] = ("meta", None)
 
     def meta(self, rows: Iterable[Sequence[Any]]) -> None:
         found = sorted((tuple(row) for row in rows), key=repr)
@@ -109,6 +110,7 @@ class _Verifier:
     def _event(self, row: tuple[Any, ...]) -> None:
         expected_seq = self.head_seq + 1
         seq = row[0]
+        self.where = ("events", seq)
         if not _same(seq, expected_seq):
             if isinstance(seq, int) and seq > expected_seq:
                 why = f"event {expected_seq} is missing (deleted or renumbered)"
@@ -129,7 +131,7 @@ class _Verifier:
                     seq,
                     f"column {name} = {stored!r} disagrees with the hashed record ({want!r})",
                 )
-        if record["prev"] != self.head_hash:
+        if record.get("prev") != self.head_hash:
             raise _TamperedError(
                 "events",
                 seq,
@@ -144,11 +146,18 @@ class _Verifier:
     def _parse(self, seq: int, text: str) -> dict[str, Any]:
         try:
             record = json.loads(text)
-        except ValueError:
+            canonical = canonical_json(record)
+        except (ValueError, RecursionError, AuditError):
+            # json.loads accepts NaN and Infinity, which canonical JSON refuses.
             raise _TamperedError("events", seq, "record is not JSON") from None
-        if not isinstance(record, dict) or canonical_json(record) != text:
+        if not isinstance(record, dict) or canonical != text:
             raise _TamperedError("events", seq, "record is not canonical JSON of an event")
-        if record.get("v") != RECORD_VERSION or record.get("kind") not in RECORD_KINDS:
+        kind = record.get("kind")
+        if (
+            record.get("v") != RECORD_VERSION
+            or not isinstance(kind, str)
+            or kind not in RECORD_KINDS
+        ):
             raise _TamperedError("events", seq, "record has an unknown version or kind")
         if not isinstance(record.get("payload"), dict) or not isinstance(record.get("run_id"), str):
             raise _TamperedError("events", seq, "record lacks a payload or run id")
@@ -182,6 +191,7 @@ class _Verifier:
             self.checked += 1
             stored[stored_row[0]] = tuple(stored_row)
         for run_id, state in self.runs.items():
+            self.where = ("runs", run_id)
             row = stored.pop(run_id, None)
             if row is None:
                 raise _TamperedError(
@@ -219,6 +229,7 @@ class _Verifier:
             self.checkpoint(row_id, cp, public_key)
 
     def checkpoint(self, row: int | str, cp: Checkpoint, public_key: bytes | None) -> None:
+        self.where = ("checkpoints", row)
         if public_key is not None:
             problem = signature_problem(cp, public_key)
             if problem is not None:
@@ -281,4 +292,12 @@ def verify_rows(
     except _TamperedError as bad:
         checked = verifier.checked if verifier is not None else 0
         return VerifyReport(False, checked, bad.problem, bad.table, bad.row)
+    except AuditError:
+        raise  # a caller's mistake (a malformed key), not a property of the log
+    except Exception as exc:
+        # A row shaped beyond every check above is still a bad row, never a crash.
+        if verifier is None:
+            return VerifyReport(False, 0, f"unreadable checkpoint rows: {exc!r}", "checkpoints")
+        table, row = verifier.where
+        return VerifyReport(False, verifier.checked, f"row cannot be checked: {exc!r}", table, row)
     return VerifyReport(True, verifier.checked)
