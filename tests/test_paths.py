@@ -114,6 +114,15 @@ def test_glob_literal_prefix_is_resolved_through_symlinks(tmp_path: Path) -> Non
     assert glob.matches(canonical(str(tmp_path / "alias" / "x"), "/"))
 
 
+def test_glob_characters_in_the_working_directory_are_literal(tmp_path: Path) -> None:
+    work = tmp_path / "run[1]*"
+    (work / "data").mkdir(parents=True)
+    glob = compile_glob("./data/**", str(work))
+    assert glob.root == str((work / "data").resolve())
+    assert glob.matches(canonical("data/x.txt", str(work)))
+    assert not glob.matches(str((tmp_path / "run1x" / "data" / "x.txt").resolve()))
+
+
 def test_glob_tilde_expands_to_the_home_directory(tree: Path) -> None:
     glob = compile_glob("~/.ssh/**", str(tree))
     assert glob.matches(os.path.realpath(tree.parent / "home" / ".ssh" / "id_rsa"))
@@ -153,6 +162,7 @@ def test_canonical_expands_home_but_not_other_users(tree: Path) -> None:
     home = (tree.parent / "home").resolve()
     assert canonical("~/.ssh/id_rsa", str(tree)) == str(home / ".ssh" / "id_rsa")
     assert canonical("~root/x", str(tree)) == str(tree.resolve() / "~root" / "x")
+    assert canonical("a.txt", "~/proj") == str(home / "proj" / "a.txt")
 
 
 def test_canonical_strips_local_file_urls_with_percent_decoding(tree: Path) -> None:

@@ -94,14 +94,6 @@ def _home() -> str:
     return os.path.expanduser("~")
 
 
-def _expand_user(path: str) -> str:
-    # Only "~" and "~/..." name the home directory: "~user" is left literal (relative), so the
-    # result never depends on the password database of the machine.
-    if path == "~" or path.startswith("~/"):
-        return _home() + path[1:]
-    return path
-
-
 def _strip_file_url(path: str) -> str:
     try:
         parts = urlsplit(path)
@@ -132,14 +124,19 @@ def _check_text(path: str) -> None:
 @functools.lru_cache(maxsize=256)
 def _real_dir(working_dir: str) -> str:
     # Cached: the join below is realpath'd again as a whole, so a stale entry cannot widen reach.
-    base = _expand_user(working_dir)
+    home = working_dir == "~" or working_dir.startswith("~/")
+    base = _home() + working_dir[1:] if home else working_dir
     if not os.path.isabs(base):
         raise PathRejected(f"working directory {working_dir!r} is not absolute")
     return os.path.realpath(base)
 
 
-def _absolute(path: str, working_dir: str, normalize: bool = True) -> str:
-    """Steps of ``canonical`` before symlink resolution: text checks, URL, ``~``, join."""
+def _anchor(path: str, working_dir: str) -> tuple[str, str]:
+    """``(base directory, rest)``: text checks, ``file:`` stripped, ``~`` and relative anchored.
+
+    The base is taken literally (a working directory named ``a[1]`` holds no glob class); the
+    rest is the part of ``path`` itself that follows it.
+    """
     _check_text(path)
     if path[:5].lower() == "file:":
         try:
@@ -147,10 +144,20 @@ def _absolute(path: str, working_dir: str, normalize: bool = True) -> str:
         except UnicodeDecodeError as exc:
             raise PathRejected(f"file URL {path!r} is not valid percent-encoded UTF-8") from exc
         _check_text(path)
-    path = _expand_user(path)
-    if not os.path.isabs(path):
-        path = os.path.join(_real_dir(working_dir), path)
-    return os.path.normpath(path) if normalize else path
+    if path == "~" or path.startswith("~/"):
+        # Only "~" and "~/..." name the home directory: "~user" stays a relative name, so the
+        # result never depends on the password database of the machine.
+        return _home(), path[2:]
+    if path.startswith("/"):
+        return "/", path.lstrip("/")
+    return _real_dir(working_dir), path
+
+
+def _absolute(path: str, working_dir: str, normalize: bool = True) -> str:
+    """Steps of ``canonical`` before symlink resolution: text checks, URL, ``~``, join."""
+    base, rest = _anchor(path, working_dir)
+    joined = os.path.join(base, rest) if rest else base
+    return os.path.normpath(joined) if normalize else joined
 
 
 def canonical(path: str, working_dir: str) -> str:
@@ -230,14 +237,14 @@ def compile_glob(pattern: str, working_dir: str) -> Glob:
     Raises ``PathRejected`` for a pattern that cannot be made absolute or holds ``..`` after a
     wildcard (which would make the glob's reach depend on the tree it matches).
     """
-    absolute = _absolute(pattern, working_dir, normalize=False)
-    segments = [s for s in absolute.split("/") if s]
+    base, tail = _anchor(pattern, working_dir)
+    segments = [s for s in tail.split("/") if s]
     split = next((n for n, s in enumerate(segments) if _GLOB_CHARS & set(s)), len(segments))
     rest = segments[split:]
     if ".." in rest or "." in rest:
         raise PathRejected(f"glob {pattern!r} has '.' or '..' after a wildcard")
     # realpath resolves ".." in the literal prefix the way the kernel would (after symlinks).
-    root = os.path.realpath("/" + "/".join(segments[:split]))
+    root = os.path.realpath(os.path.join(base, *segments[:split]))
     regex = [re.escape(root) if root != "/" else ""]
     for segment in rest:
         regex.append("(?:/[^/]+)*" if segment == "**" else "/" + _segment_regex(segment))
