@@ -1,0 +1,188 @@
+"""Policy to sandbox spec: exact roots (no widening), credential masks, environment, refusals."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from callgate import SandboxError
+from callgate.sandbox._spec import (
+    build_spec,
+    expand_glob,
+    is_within,
+    literal_root,
+    off_path,
+    sensitive_paths,
+)
+
+from .conftest import policy
+
+
+def spec_for(tmp_path: Path, environ: dict[str, str] | None = None, **fields: object):
+    return build_spec(policy(**fields), working_dir=str(tmp_path), environ=environ or {})
+
+
+def test_trailing_double_star_names_exactly_the_directory(tmp_path: Path):
+    assert literal_root("./build/**", str(tmp_path)) == str(tmp_path / "build")
+    assert literal_root("/usr/**", "/anywhere") == "/usr"
+    assert literal_root("/**", "/anywhere") == "/"
+
+
+def test_write_glob_binds_its_directory_and_creates_it_inside_the_working_dir(tmp_path: Path):
+    spec = spec_for(tmp_path, filesystem={"write": ["./build/**"]})
+    assert spec.write_roots == (str(tmp_path / "build"),)
+    assert (tmp_path / "build").is_dir()
+
+
+def test_missing_write_root_outside_the_working_dir_is_left_out(tmp_path: Path):
+    work = tmp_path / "work"
+    work.mkdir()
+    spec = spec_for(work, filesystem={"write": [f"{tmp_path}/elsewhere/**"]})
+    assert spec.write_roots == ()
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_middle_wildcard_expands_to_existing_matches_not_to_the_parent(tmp_path: Path):
+    for name in ("a", "b"):
+        (tmp_path / "srv" / name / "out").mkdir(parents=True)
+    (tmp_path / "srv" / "c").mkdir()
+    spec = spec_for(tmp_path, filesystem={"write": [f"{tmp_path}/srv/*/out/**"]})
+    assert spec.write_roots == (
+        str(tmp_path / "srv" / "a" / "out"),
+        str(tmp_path / "srv" / "b" / "out"),
+    )
+
+
+def test_file_wildcard_expands_to_the_matching_files(tmp_path: Path):
+    (tmp_path / "src").mkdir()
+    for name in ("a.py", "b.py", "c.txt"):
+        (tmp_path / "src" / name).write_text("")
+    assert expand_glob("./src/*.py", str(tmp_path)) == [
+        str(tmp_path / "src" / "a.py"),
+        str(tmp_path / "src" / "b.py"),
+    ]
+
+
+def test_roots_are_resolved_so_a_symlink_cannot_redirect_them(tmp_path: Path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    spec = spec_for(tmp_path, filesystem={"read": ["./link/**"]})
+    assert spec.read_roots == (str(tmp_path / "real"),)
+
+
+def test_read_roots_inside_write_roots_are_not_bound_twice(tmp_path: Path):
+    (tmp_path / "build" / "cache").mkdir(parents=True)
+    spec = spec_for(tmp_path, filesystem={"read": ["./build/cache/**"], "write": ["./build/**"]})
+    assert spec.read_roots == ()
+    assert spec.write_roots == (str(tmp_path / "build"),)
+
+
+_NAMES = st.sampled_from(["a", "b", "c", "out"])
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    tree=st.lists(st.lists(_NAMES, min_size=1, max_size=3), max_size=6),
+    patterns=st.lists(
+        st.lists(st.one_of(_NAMES, st.just("*")), min_size=1, max_size=3), min_size=1, max_size=3
+    ),
+)
+def test_write_roots_are_never_wider_than_their_glob(tmp_path: Path, tree, patterns):
+    base = tmp_path / f"case-{len(list(tmp_path.iterdir()))}"
+    for parts in tree:
+        (base.joinpath(*parts)).mkdir(parents=True, exist_ok=True)
+    base.mkdir(exist_ok=True)
+    globs = ["./" + "/".join(parts) + "/**" for parts in patterns]
+    spec = spec_for(base, filesystem={"write": globs})
+    literals = [literal_root(g, str(base)) for g in globs]
+    for root in spec.write_roots:
+        assert is_within(root, str(base))
+        assert any(
+            root.count("/") == lit.count("/") and fnmatch.fnmatch(root, lit) for lit in literals
+        ), (root, literals)
+
+
+def test_ssh_under_a_visible_home_is_masked(tmp_path: Path):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".aws").mkdir()
+    masked = sensitive_paths((str(home),), (str(home),), {"HOME": str(home)})
+    assert masked == (str(home / ".aws"), str(home / ".ssh"))
+
+
+def test_credentials_outside_the_visible_roots_need_no_mask(tmp_path: Path):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (tmp_path / "src").mkdir()
+    masked = sensitive_paths((str(tmp_path / "src"),), (str(tmp_path / "src"),), {"HOME": str(home)})
+    assert masked == ()
+
+
+def test_dotenv_files_below_a_declared_root_are_masked(tmp_path: Path):
+    (tmp_path / "app" / "config").mkdir(parents=True)
+    (tmp_path / "app" / ".env").write_text("A=1")
+    (tmp_path / "app" / "config" / ".env.production").write_text("B=2")
+    (tmp_path / "app" / "environment.txt").write_text("not secret")
+    spec = spec_for(tmp_path, filesystem={"read": ["./app/**"]})
+    assert spec.masked == (
+        str(tmp_path / "app" / ".env"),
+        str(tmp_path / "app" / "config" / ".env.production"),
+    )
+
+
+def test_a_credential_declared_by_name_is_not_masked_but_its_siblings_are(tmp_path: Path):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "known_hosts").write_text("")
+    (home / ".ssh" / "id_rsa").write_text("")
+    spec = spec_for(
+        tmp_path,
+        {"HOME": str(home)},
+        filesystem={"read": [f"{home}/**", f"{home}/.ssh/known_hosts"]},
+    )
+    assert spec.masked == (str(home / ".ssh" / "id_rsa"),)
+
+
+def test_off_path_hides_everything_except_the_way_to_the_kept_paths(tmp_path: Path):
+    for parts in (("a", "keep"), ("a", "drop"), ("b",), ("a", "keep", "inner")):
+        tmp_path.joinpath(*parts).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "file").write_text("")
+    hidden = off_path(str(tmp_path), [str(tmp_path / "a" / "keep")])
+    assert hidden == [str(tmp_path / "a" / "drop"), str(tmp_path / "b"), str(tmp_path / "file")]
+
+
+def test_environment_holds_only_declared_variables(tmp_path: Path):
+    environ = {"PATH": "/usr/bin", "HOME": "/h", "TOKEN": "t"}
+    spec = spec_for(tmp_path, environ, environment={"allow": ["PATH", "MISSING"]})
+    assert dict(spec.env) == {"PATH": "/usr/bin"}
+    assert spec.withheld_env == frozenset({"HOME", "TOKEN"})
+    assert dict(spec_for(tmp_path, environ, environment="deny").env) == {}
+    assert dict(spec_for(tmp_path, environ).env) == {}
+
+
+def test_network_is_unshared_unless_allowed(tmp_path: Path):
+    assert spec_for(tmp_path).network is False
+    assert spec_for(tmp_path, network="deny").network is False
+    assert spec_for(tmp_path, network="allow").network is True
+
+
+def test_host_allow_list_is_refused_because_the_sandbox_cannot_force_the_proxy(tmp_path: Path):
+    hosts = {"hosts": ["pypi.org"], "proxy": "http://127.0.0.1:3128"}
+    with pytest.raises(SandboxError, match="egress proxy"):
+        spec_for(tmp_path, network=hosts)
+
+
+def test_exec_deny_is_refused_for_a_subprocess_tool(tmp_path: Path):
+    with pytest.raises(SandboxError, match="exec"):
+        spec_for(tmp_path, exec="deny")
+
+
+def test_working_dir_of_the_policy_resolves_against_the_given_one(tmp_path: Path):
+    (tmp_path / "sub").mkdir()
+    assert spec_for(tmp_path, working_dir="sub").working_dir == str(tmp_path / "sub")
+    assert os.path.isabs(spec_for(tmp_path).working_dir)
