@@ -55,7 +55,8 @@ def test_pids_cgroup_bounds_a_real_process_tree_and_is_removed():
     assert _BASE is not None
     group = PidsCgroup.create(_BASE, 3)
     try:
-        argv = enter_cgroup_argv(group, ["/bin/sh", "-c", "for i in 1 2 3 4 5 6; do sleep 1 & done"])
+        script = "for i in 1 2 3 4 5 6; do sleep 1 & done"
+        argv = enter_cgroup_argv(group, ["/bin/sh", "-c", script])
         done = subprocess.run(argv, capture_output=True, timeout=20, check=False, env={})
         assert b"fork" in done.stderr.lower()
         assert group.limit_hit()
@@ -68,7 +69,8 @@ def test_pids_cgroup_bounds_a_real_process_tree_and_is_removed():
 def test_pids_cgroup_removal_kills_escaped_background_children():
     assert _BASE is not None
     group = PidsCgroup.create(_BASE, 10)
-    argv = enter_cgroup_argv(group, ["/bin/sh", "-c", "sleep 60 >/dev/null 2>&1 & echo started"])
+    script = "sleep 60 >/dev/null 2>&1 & echo started"
+    argv = enter_cgroup_argv(group, ["/bin/sh", "-c", script])
     done = subprocess.run(argv, capture_output=True, timeout=20, check=False, env={})
     assert done.stdout == b"started\n"
     with open(group.procs_file, encoding="ascii") as handle:

@@ -119,7 +119,8 @@ def test_credentials_outside_the_visible_roots_need_no_mask(tmp_path: Path):
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (tmp_path / "src").mkdir()
-    masked = sensitive_paths((str(tmp_path / "src"),), (str(tmp_path / "src"),), {"HOME": str(home)})
+    src = str(tmp_path / "src")
+    masked = sensitive_paths((src,), (src,), {"HOME": str(home)})
     assert masked == ()
 
 
