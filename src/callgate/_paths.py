@@ -121,13 +121,18 @@ def _check_text(path: str) -> None:
         raise PathRejected(f"path {path!r} contains a backslash, which is ambiguous")
 
 
-@functools.lru_cache(maxsize=256)
 def _real_dir(working_dir: str) -> str:
-    # Cached: the join below is realpath'd again as a whole, so a stale entry cannot widen reach.
     home = working_dir == "~" or working_dir.startswith("~/")
     base = _home() + working_dir[1:] if home else working_dir
     if not os.path.isabs(base):
         raise PathRejected(f"working directory {working_dir!r} is not absolute")
+    return _real_abs_dir(base)
+
+
+@functools.lru_cache(maxsize=256)
+def _real_abs_dir(base: str) -> str:
+    # Cached: every path joined to it is realpath'd again as a whole, so a stale entry (the
+    # directory replaced by a symlink later) cannot widen what a path reaches.
     return os.path.realpath(base)
 
 
