@@ -11,6 +11,11 @@ Compared with an absolute-paths-only gate this one also checks relative paths (e
 a working directory here), ``~`` and ``file://`` forms, and strings nested at any depth in the
 arguments, while ordinary text that merely holds a slash ("and/or") is left alone.
 
+Decisions worth knowing: a backslash anywhere in a path is refused (a literal character on POSIX,
+a separator elsewhere, so ``..\\..\\etc\\passwd`` has two readings); ``..`` is resolved after the
+symlinks before it, as the kernel does, never collapsed lexically first; ``~user`` is not
+expanded; ``file:`` URLs must be local (no host, or ``localhost``) with no query or fragment.
+
 Glob syntax: ``**`` is zero or more whole segments (``./data/**`` matches ``./data`` itself and
 everything below it), ``*`` and ``?`` stay within one segment, ``[abc]``, ``[a-z]`` and ``[!abc]``
 are classes. Hidden files are not special. Compiled globs are cached; the literal prefix of a glob
@@ -351,7 +356,8 @@ def path_arguments(
     text that spans lines is never a path. A value padded with whitespace is reported twice, as
     written and stripped. Items
     of a list take the name of the key holding the list. The intent is "write" for write-named
-    keys (``dest``, ``output``, ``target``, ``write…``, ``out…``), "read" for source-named keys
+    keys (``dest``, ``output``, ``target``, names starting ``write``, ``out``, ``dest`` or
+    ``save``), "read" for source-named keys
     (``src``, ``source``, ``input``) and ``default_intent`` (the action's intent) otherwise.
     Raises ``PathRejected`` when the parameters nest deeper than the walk will follow.
     """
