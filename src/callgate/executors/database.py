@@ -222,7 +222,10 @@ class DatabaseExecutor:
     # -- SQLite ----------------------------------------------------------------------------
     def _run_sqlite(self, path: str, sql: str, bound: Any, kind: SqlKind) -> dict[str, Any]:
         mode = "ro" if kind == "read" else "rwc"
-        uri = f"{pathlib.Path(path).resolve().as_uri()}?mode={mode}"
+        if path == ":memory:":
+            uri = "file::memory:"
+        else:
+            uri = f"{pathlib.Path(path).resolve().as_uri()}?mode={mode}"
         deadline = time.monotonic() + self.timeout_s
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=self.timeout_s, isolation_level=None)
