@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from callgate import AuditError
 from callgate.audit import AuditStore, Checkpoint, generate_keypair, public_key_of, verify_file
@@ -153,3 +156,38 @@ def test_an_attacker_signing_with_their_own_key_is_rejected(tmp_path: Path, kit:
         store.checkpoint(OTHER[0])
     report = verify_file(path, public_key=KEYS[1])
     assert (report.table, report.row) == ("checkpoints", 2)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    which=st.sampled_from([1, 2]),
+    column=st.sampled_from(["seq", "head_hash", "created_at", "key_id", "signature"]),
+    value=st.one_of(st.integers(-2, 12), st.text(max_size=6), st.sampled_from(["00" * 64])),
+)
+def test_editing_any_column_of_a_checkpoint_is_found_at_that_checkpoint(
+    signed_template: Path, kit: Any, which: int, column: str, value: Any
+) -> None:
+    with kit.copy(signed_template) as path:
+        conn = sqlite3.connect(path)
+        before = conn.execute(f"SELECT {column} FROM checkpoints WHERE id = ?", (which,))
+        old = before.fetchone()[0]
+        conn.close()
+        try:
+            kit.execute(path, f"UPDATE checkpoints SET {column} = ? WHERE id = ?", (value, which))
+        except sqlite3.Error:
+            assume(False)
+        conn = sqlite3.connect(path)
+        new = conn.execute(f"SELECT {column} FROM checkpoints WHERE id = ?", (which,)).fetchone()[0]
+        conn.close()
+        assume(type(new) is not type(old) or new != old)
+        report = verify_file(path, public_key=KEYS[1])
+    assert (report.ok, report.table, report.row) == (False, "checkpoints", which), str(report)
+
+
+@pytest.fixture(scope="module")
+def signed_template(tmp_path_factory: pytest.TempPathFactory, kit: Any) -> Path:
+    path = tmp_path_factory.mktemp("signed") / "audit.db"
+    signed_log(path, kit, extra_checkpoint=True)
+    return path
