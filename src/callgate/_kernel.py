@@ -17,9 +17,9 @@ import os
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
 from collections import Counter
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from callgate._capabilities import CapabilityToken, RateLimiter, check_grants, issue_token
 from callgate._errors import AuditError, CallgateError, Denied, ExecutorError
 from callgate._model import Decision, Reason, TaintLabel, ToolCall, ToolResult
-from callgate._paths import PathRejected, canonical, path_arguments
+from callgate._paths import PathRejected, canonical_parameters
 from callgate._policy import CapabilityConstraints, Policy, ToolPolicy
 from callgate._rules import RuleSet
 from callgate._runstate import (
@@ -299,11 +299,8 @@ class Kernel:
         if call.tool_class != "file" and (declared is None or declared.filesystem is None):
             return call
         extra = declared.path_params if declared is not None else ()
-        params = dict(call.parameters)
         try:
-            for arg in path_arguments(call.parameters, extra):
-                if arg.key in params and isinstance(params[arg.key], str):
-                    params[arg.key] = canonical(params[arg.key], self.working_dir)
+            params = canonical_parameters(call.parameters, self.working_dir, extra)
         except PathRejected as exc:
             return _deny("path.rejected", "validate", str(exc))
         return call.model_copy(update={"parameters": params})
