@@ -106,3 +106,15 @@ def test_demo_tells_the_story_and_verifies_the_chain(tmp_path: Path) -> None:
     assert "run quarantined" in out
     assert "chain verified" in out
     assert "deny" in out and "allow" in out
+
+
+def test_decide_with_an_unreadable_audit_log_exits_2_and_leaves_it_alone(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database" * 64)
+    before = junk.read_bytes()
+    proc = run("decide", "--policy", str(EXAMPLE), "--audit", str(junk),
+               stdin=json.dumps(CALLS[0]) + "\n")
+    assert proc.returncode == 2
+    assert "error" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert junk.read_bytes() == before
