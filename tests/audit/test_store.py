@@ -315,3 +315,24 @@ def test_a_killed_writer_leaves_every_committed_decision_readable(
         assert set(acknowledged) <= stored
         store.end_run("crash")  # the run can still be closed after the crash
         assert store.verify().ok
+
+
+def test_stores_opening_a_new_file_at_once_agree_on_one_schema(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def opener() -> None:
+        barrier.wait()
+        try:
+            AuditStore.open(path).close()
+        except BaseException as exc:  # collected and asserted on below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=opener) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert verify_file(path).ok

@@ -165,14 +165,23 @@ class AuditStore:
                     raise AuditError(f"audit log {self._path} cannot use WAL (got {mode!r})")
             self._conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self._durability]}")
             if not read_only and schema.is_empty(self._conn):
-                ops: list[tuple[str, Sequence[Any]]] = [(sql, ()) for sql in schema.DDL]
-                self._atomic([*ops, *schema.meta_inserts()])
+                self._create_schema()
             schema.check_is_audit_log(self._conn, self._path)
             self._load_state()
         except sqlite3.OperationalError as exc:
             raise AuditError(f"cannot open audit log {self._path}: {exc}") from exc
         except sqlite3.Error as exc:
             raise AuditError(f"audit log {self._path} is unreadable or corrupt: {exc}") from exc
+
+    def _create_schema(self) -> None:
+        ops: list[tuple[str, Sequence[Any]]] = [(sql, ()) for sql in schema.DDL]
+        try:
+            self._atomic([*ops, *schema.meta_inserts()])
+        except AuditError:
+            # Another process may have created the log between our check and our write;
+            # then its schema is checked like any other. Otherwise the failure stands.
+            if schema.is_empty(self._conn):
+                raise
 
     def _load_state(self) -> None:
         head = self._conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
