@@ -47,6 +47,8 @@ def _certificate(
 
 
 class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep connections open, so reuse would be possible
+
     def log_message(self, format: str, *args: object) -> None:
         """Quiet."""
 
@@ -123,3 +125,19 @@ def test_a_redirect_from_https_to_http_is_denied(tls_server: tuple[int, ssl.SSLC
     result = _executor(context).execute(make_call("http", "get", url=url))
     assert result.status == "denied"
     assert str(result.error).startswith("ssrf.redirect-downgrade")
+
+
+def test_a_verified_connection_is_never_reused_for_another_name_at_the_same_address(
+    tls_server: tuple[int, ssl.SSLContext],
+) -> None:
+    port, context = tls_server
+    executor = HttpExecutor(
+        allowed_addresses=frozenset({"127.0.0.1"}),
+        resolver=lambda host, port: ["127.0.0.1"],
+        ssl_context=context,
+    )
+    first = executor.execute(make_call("http", "get", url=f"https://{NAME}:{port}/"))
+    assert first.status == "ok", first.error
+    other = executor.execute(make_call("http", "get", url=f"https://other.test:{port}/"))
+    assert other.status == "error"
+    assert str(other.error).startswith("http.transport")
