@@ -48,3 +48,10 @@ def test_a_call_for_another_tool_class_is_denied_by_every_executor(tmp_path: Pat
         assert result.status == "denied"
         assert str(result.error).startswith("executor.tool-class")
         assert result.call_id == "call-1"
+
+
+def test_an_executor_can_be_called_directly_like_a_plain_function(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("via call")
+    executor = FileExecutor(working_dir=str(tmp_path), allowed_read=None, allowed_write=[])
+    result = executor(make_call("file", "read", path="a.txt"))
+    assert result.output["content"] == "via call"

@@ -178,6 +178,10 @@ class DatabaseExecutor:
         self.max_rows = max_rows
         self.allow_ddl = allow_ddl
 
+    def __call__(self, call: ToolCall) -> ToolResult:
+        """Same as ``execute``: lets the executor be registered where a callable is expected."""
+        return self.execute(call)
+
     def execute(self, call: ToolCall) -> ToolResult:
         """Classify and run one allowed SQL statement."""
 

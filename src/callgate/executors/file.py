@@ -111,6 +111,10 @@ class FileExecutor:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
 
+    def __call__(self, call: ToolCall) -> ToolResult:
+        """Same as ``execute``: lets the executor be registered where a callable is expected."""
+        return self.execute(call)
+
     def execute(self, call: ToolCall) -> ToolResult:
         """Run an allowed file call under this executor's own checks."""
 

@@ -136,6 +136,10 @@ class HttpExecutor:
                 )
             return self._client
 
+    def __call__(self, call: ToolCall) -> ToolResult:
+        """Same as ``execute``: lets the executor be registered where a callable is expected."""
+        return self.execute(call)
+
     def execute(self, call: ToolCall) -> ToolResult:
         """Send the allowed request, re-checking every address and redirect on the way."""
 

@@ -88,6 +88,10 @@ class RetrievalExecutor:
         """Close the index connection."""
         self._db.close()
 
+    def __call__(self, call: ToolCall) -> ToolResult:
+        """Same as ``execute``: lets the executor be registered where a callable is expected."""
+        return self.execute(call)
+
     def execute(self, call: ToolCall) -> ToolResult:
         """Search the corpus for the call's ``query``."""
 
