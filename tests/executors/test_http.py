@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -327,3 +330,36 @@ def test_a_call_of_another_tool_class_is_refused() -> None:
     result = HttpExecutor().execute(make_call("file", "get", url="http://x.test/"))
     assert result.status == "denied"
     assert str(result.error).startswith("executor.tool-class")
+
+
+def test_ipv6_loopback_is_denied_by_default_and_reachable_when_opened() -> None:
+    class V6Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+        daemon_threads = True
+
+    class Hello(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"v6")
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet."""
+
+    try:
+        server = V6Server(("::1", 0), Hello)
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback on this machine: {exc}")
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        url = f"http://[::1]:{server.server_address[1]}/"
+        refused = get(HttpExecutor(), url)
+        assert str(refused.error).startswith("ssrf.private-address: ::1 is ::1 (loopback)")
+        opened = get(HttpExecutor(allowed_addresses=frozenset({"::1"})), url)
+        assert opened.output["body"] == "v6"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

@@ -294,9 +294,8 @@ class HttpExecutor:
         for candidate in candidates:
             reason = check_address(candidate)
             if reason is not None and not is_opened(candidate, self._opened):
-                raise denied(
-                    "ssrf.private-address", f"{host} resolves to {candidate} ({reason})"
-                )
+                how = "is" if literal is not None else "resolves to"
+                raise denied("ssrf.private-address", f"{host} {how} {candidate} ({reason})")
         pinned = parse_ip(candidates[0])
         if pinned is None:  # pragma: no cover - check_address refused it above
             raise denied("ssrf.private-address", f"{candidates[0]} is not an address")
