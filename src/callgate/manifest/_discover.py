@@ -33,6 +33,7 @@ class DeclaredTool:
     name: str
     policy: ToolPolicy | None
     function: Any
+    tool_class: str | None = None
 
 
 def is_policy_path(target: str) -> bool:
@@ -77,12 +78,13 @@ def _import_file(path: Path) -> ModuleType:
     return module
 
 
-def _policy_of(value: Any) -> tuple[str, ToolPolicy | None, Any] | None:
+def _found(value: Any) -> DeclaredTool | None:
     if isinstance(value, Tool):
-        return value.name, value.kernel.tool_policy(value.name), value.fn
+        return DeclaredTool(value.name, value.kernel.tool_policy(value.name), value.fn,
+                            value.tool_class)
     found = declaration_of(value)
     if found is not None:
-        return found.name, found.policy, value
+        return DeclaredTool(found.name, found.policy, value, found.tool_class)
     return None
 
 
@@ -90,14 +92,14 @@ def module_tools(module: ModuleType) -> dict[str, DeclaredTool]:
     """The declared tools among a module's attributes, by tool name."""
     tools: dict[str, DeclaredTool] = {}
     for value in vars(module).values():
-        found = _policy_of(value)
+        found = _found(value)
         if found is None:
             continue
-        name, policy, function = found
-        if name in tools and tools[name].policy != policy:
-            raise ManifestError(f"tool {name!r} is declared twice in {module.__name__} with "
-                                "different policies")
-        tools[name] = DeclaredTool(name, policy, function)
+        known = tools.get(found.name)
+        if known is not None and known.policy != found.policy:
+            raise ManifestError(f"tool {found.name!r} is declared twice in {module.__name__} "
+                                "with different policies")
+        tools[found.name] = found
     return tools
 
 
@@ -106,7 +108,11 @@ def _policies(tools: Mapping[str, DeclaredTool]) -> dict[str, ToolPolicy]:
     for name, tool in tools.items():
         if tool.policy is None:
             raise ManifestError(f"tool {name!r} has no declared policy")
-        out[name] = tool.policy
+        # The class given to declare() is part of what the tool is; show it in the manifest.
+        if tool.policy.tool_class is None and tool.tool_class is not None:
+            out[name] = tool.policy.model_copy(update={"tool_class": tool.tool_class})
+        else:
+            out[name] = tool.policy
     return out
 
 

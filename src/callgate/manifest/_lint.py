@@ -135,7 +135,7 @@ def lint_module(path_or_name: str) -> list[Finding]:
                                     f"{shown}:{line}: decorated as a tool but no declared "
                                     "policy was found on the imported object", line=line))
             continue
-        for use in analysis.uses(fn_name):
+        for use in sorted(analysis.uses(fn_name), key=lambda u: u.line):
             if not granted(tool.policy, use):
                 findings.append(_finding(tool.name, shown, use))
     return findings
