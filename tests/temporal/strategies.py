@@ -1,0 +1,103 @@
+"""Hypothesis strategies: small random traces and random statements of every form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from callgate._model import Event
+
+ACTIONS = ("a", "b", "c", "d")
+VALUES: tuple[Any, ...] = ("1", "2", "M", 1, 2.0, "xM1")
+
+GROUND_ATOMS = (
+    "action = a", "action = b", "action in {a, b}", "action in {c, d}", "action != c",
+    "action not in {a, d}", 'x = "1"', "x = 1", 'y in {"2", "M"}', 'x != "M"',
+    'y not in {"1"}', 'x ~ "?"', 'y ~ "*M*"', 'x !~ "M*"', 'output ~ "*M*"',
+    'output !~ ""', "status = ok", "status != error", "status = denied", "taint has web",
+    "x > 1", "y <= 1.5", "x >= 2",
+)
+
+
+@st.composite
+def events(draw: st.DrawFn, max_size: int = 7) -> list[Event]:
+    """A short trace of typed events over a tiny vocabulary (so patterns often match)."""
+    count = draw(st.integers(0, max_size))
+    out = []
+    for seq in range(1, count + 1):
+        args = {k: draw(st.sampled_from(VALUES)) for k in ("x", "y") if draw(st.booleans())}
+        out.append(Event(
+            action=draw(st.sampled_from(ACTIONS)),
+            args=args,
+            status=draw(st.sampled_from(("ok", "ok", "error", "denied"))),
+            output=draw(st.sampled_from(("", "M", "xy1", "2"))),
+            taint=frozenset({"web"}) if draw(st.booleans()) else frozenset(),
+            seq=seq,
+        ))
+    return out
+
+
+@st.composite
+def pattern(draw: st.DrawFn, var: str | None = None, most: int = 2) -> str:
+    """A conjunction of 1 to ``most`` ground atoms, plus a binding or use of ``$v`` when asked."""
+    atoms = draw(st.lists(st.sampled_from(GROUND_ATOMS), min_size=1, max_size=most))
+    if var == "bind":
+        atoms.append(draw(st.sampled_from(("x = $v", "y = $v"))))
+    elif var == "use":
+        atoms.append(draw(st.sampled_from(
+            ("x = $v", "y = $v", "output contains $v", "y contains $v"))))
+    return " and ".join(atoms)
+
+
+FORMS = ("abs", "prec", "resp", "bresp", "rslv", "until", "always")
+
+
+def statement(form: str) -> st.SearchStrategy[str]:
+    """Random statements of one form (``always`` included)."""
+    return always_statement() if form == "always" else form_statement(form)
+
+
+@st.composite
+def form_statement(draw: st.DrawFn, form: str) -> str:
+    """A statement of one of the six preset forms, with or without a variable."""
+    if form == "abs":
+        return f"abs({draw(pattern())})"
+    with_var = draw(st.booleans())
+    if form == "until":
+        first = draw(pattern("bind" if with_var else None, most=1))
+        where = draw(st.sampled_from(("resolver", "bad", "both"))) if with_var else ""
+        # One atom each: longer patterns rarely line up into a broken interval.
+        resolver = draw(pattern("use" if where in ("resolver", "both") else None, most=1))
+        bad = draw(pattern("use" if where in ("bad", "both") else None, most=1))
+        return f"until({first}, {resolver}, {bad})"
+    first = draw(pattern("bind" if with_var else None))
+    second = draw(pattern("use" if with_var else None))
+    head = f"bresp[{draw(st.integers(1, 3))}]" if form == "bresp" else form
+    return f"{head}({first}, {second})"
+
+
+def body(depth: int, future_ok: bool = True) -> st.SearchStrategy[str]:
+    """A temporal body text (eventually never under once or eventually)."""
+    leaf = st.sampled_from(GROUND_ATOMS)
+    if depth == 0:
+        return leaf
+    sub = body(depth - 1, future_ok)
+    past = body(depth - 1, False)
+    options = [
+        leaf,
+        sub.map(lambda b: f"not ({b})"),
+        st.tuples(sub, sub).map(lambda p: f"({p[0]}) and ({p[1]})"),
+        st.tuples(sub, sub).map(lambda p: f"({p[0]}) or ({p[1]})"),
+        past.map(lambda b: f"once({b})"),
+        st.tuples(st.integers(1, 3), past).map(lambda p: f"once[{p[0]}]({p[1]})"),
+    ]
+    if future_ok:
+        options.append(past.map(lambda b: f"eventually({b})"))
+    return st.one_of(options)
+
+
+def always_statement() -> st.SearchStrategy[str]:
+    """A fallback statement ``always(Θ)``."""
+    return body(3).map(lambda b: f"always({b})")
+

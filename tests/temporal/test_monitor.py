@@ -1,0 +1,173 @@
+"""Online enforcement: what a pending call breaks now, and what waits for the run's end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from callgate._errors import TemporalError
+from callgate._model import Event
+from callgate._policy import BehaviorStatement
+from callgate.temporal import Monitor, Violation, compile_behavior
+
+
+def _monitor(rule: str, enforce: str = "block") -> Monitor:
+    return compile_behavior(
+        [BehaviorStatement(id="s", rule=rule, enforce=enforce)]  # type: ignore[arg-type]
+    ).monitor()
+
+
+def _ev(action: str, status: str = "ok", output: str = "", **args: Any) -> Event:
+    return Event(action=action, args=args, status=status, output=output)  # type: ignore[arg-type]
+
+
+def _run(monitor: Monitor, events: list[Event]) -> list[list[Violation]]:
+    """Feed events like the kernel; return what check_pending said about each."""
+    said = []
+    for ev in events:
+        said.append(monitor.check_pending(ev))
+        monitor.commit(ev)
+    return said
+
+
+def test_prec_blocks_the_pending_consumer_and_names_it() -> None:
+    monitor = _monitor("prec(action = warp and transform = $x, action = validate and target = $x)")
+    _run(monitor, [_ev("estimate", output="M"), _ev("validate", target="N")])
+    found = monitor.check_pending(_ev("warp", transform="M"))
+    assert [(v.statement, v.enforce, v.events, v.kind) for v in found] == [
+        ("s", "block", (3,), "violation")]
+    assert monitor.check_pending(_ev("warp", transform="N")) == []
+
+
+def test_enforcement_mode_is_carried_on_the_violation() -> None:
+    monitor = _monitor("abs(action = rm)", enforce="quarantine")
+    assert monitor.check_pending(_ev("rm"))[0].enforce == "quarantine"
+
+
+def test_value_flow_with_contains_ties_a_send_to_an_earlier_read() -> None:
+    monitor = _monitor(
+        "prec(action = send and body = $x, action = read_file and output contains $x)")
+    _run(monitor, [_ev("read_file", output="token=abc123; user=u")])
+    assert monitor.check_pending(_ev("send", body="abc123")) == []
+    assert monitor.check_pending(_ev("send", body="zzz"))[0].events == (2,)
+
+
+def test_until_denies_a_bad_event_inside_an_open_interval_naming_the_trigger() -> None:
+    monitor = _monitor("until(action = lock and id = $k, action = unlock and id = $k,"
+                       " action = write and id = $k)")
+    _run(monitor, [_ev("lock", id=1), _ev("lock", id=2), _ev("unlock", id=2)])
+    assert monitor.check_pending(_ev("write", id=2)) == []
+    assert monitor.check_pending(_ev("write", id=1))[0].events == (1,)
+    assert monitor.finish() == []
+
+
+def test_until_resolver_must_come_strictly_before_the_bad_event() -> None:
+    # A checked write resolves the interval, but not for itself.
+    monitor = _monitor("until(action = open, action = write and checked = 1, action = write)")
+    _run(monitor, [_ev("open")])
+    assert monitor.check_pending(_ev("write", checked=1))[0].events == (1,)
+    monitor.commit(_ev("write", checked=1))
+    assert monitor.check_pending(_ev("write")) == []
+
+
+def test_bresp_fails_at_the_lth_event_after_the_trigger_without_a_response() -> None:
+    monitor = _monitor("bresp[2](action = alarm, action = ack)")
+    said = _run(monitor, [_ev("alarm"), _ev("noise")])
+    assert said == [[], []]
+    assert monitor.check_pending(_ev("ack")) == []
+    assert monitor.check_pending(_ev("noise"))[0].events == (1,)
+
+
+def test_bresp_window_open_at_run_end_is_judged_by_finish() -> None:
+    monitor = _monitor("bresp[3](action = alarm, action = ack)")
+    _run(monitor, [_ev("noise"), _ev("alarm"), _ev("noise")])
+    assert [v.events for v in monitor.finish()] == [(2,)]
+
+
+def test_resp_never_blocks_online_and_names_the_trigger_at_run_end() -> None:
+    monitor = _monitor("resp(action = open and f = $f, action = close and f = $f)")
+    said = _run(monitor, [_ev("open", f="a"), _ev("open", f="b"), _ev("close", f="a")])
+    assert said == [[], [], []]
+    assert [v.events for v in monitor.finish()] == [(2,)]
+
+
+def test_rslv_judges_only_the_last_state_of_each_binding() -> None:
+    monitor = _monitor("rslv(action = edit and file = $f, action = save and file = $f)")
+    _run(monitor, [_ev("edit", file="a"), _ev("edit", file="a"), _ev("save", file="a"),
+                   _ev("edit", file="b"), _ev("edit", file="b")])
+    assert [v.events for v in monitor.finish()] == [(5,)]
+
+
+def test_not_eventually_is_caught_online_when_the_future_event_is_pending() -> None:
+    monitor = _monitor(
+        "always(not (action = read_secret and eventually(action = http_post)))")
+    _run(monitor, [_ev("read_secret"), _ev("ls"), _ev("read_secret")])
+    found = monitor.check_pending(_ev("http_post"))
+    assert found[0].events == (1, 3)
+    assert monitor.finish() == []
+
+
+def test_eventually_obligation_is_judged_at_run_end() -> None:
+    monitor = _monitor("always(not action = deploy or eventually(action = verify))")
+    said = _run(monitor, [_ev("deploy"), _ev("verify"), _ev("deploy")])
+    assert said == [[], [], []]
+    assert [v.events for v in monitor.finish()] == [(3,)]
+
+
+def test_bounded_once_sees_the_n_events_before_never_the_event_itself() -> None:
+    monitor = _monitor("always(not (action = send and once[2](taint has web)))")
+    web = Event(action="fetch", taint=frozenset({"web"}))
+    _run(monitor, [web, _ev("x")])
+    assert monitor.check_pending(_ev("send"))[0].events == (3,)
+    monitor.commit(_ev("y"))
+    assert monitor.check_pending(_ev("send")) == []
+    tainted_send = Event(action="send", taint=frozenset({"web"}))
+    assert monitor.check_pending(tainted_send) == []
+
+
+def test_denied_calls_are_events_with_their_status() -> None:
+    monitor = _monitor("always(not (action = retry and once[1](status = denied)))")
+    _run(monitor, [_ev("rm", status="denied")])
+    assert monitor.check_pending(_ev("retry"))[0].events == (2,)
+
+
+def test_commit_with_the_wrong_sequence_number_is_an_error() -> None:
+    monitor = _monitor("abs(action = x)")
+    monitor.commit(Event(action="a", seq=1))
+    with pytest.raises(TemporalError, match="seq 5 committed at position 2"):
+        monitor.commit(Event(action="a", seq=5))
+    monitor.commit(Event(action="a"))  # seq 0: the next position
+    assert len(monitor) == 2
+
+
+class _Exploding(Mapping[str, Any]):
+    """Arguments that fail when read: an internal error on the decision path."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise RuntimeError("unreadable argument")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        raise RuntimeError("unreadable argument")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def test_an_internal_error_fails_closed_as_an_unknown_violation() -> None:
+    monitor = _monitor("prec(action = a and x = $v, action = b and x = $v)")
+    bad = Event(action="a", args=_Exploding())
+    found = monitor.check_pending(bad)
+    assert [(v.kind, v.events) for v in found] == [("unknown", (1,))]
+    assert "unreadable argument" in found[0].message
+
+
+def test_a_statement_whose_state_broke_keeps_failing_closed() -> None:
+    monitor = _monitor("resp(action = b and x = $v, action = c and x = $v)")
+    monitor.commit(Event(action="b", args=_Exploding()))
+    assert monitor.check_pending(_ev("c", x=1))[0].kind == "unknown"
+    assert monitor.finish()[0].kind == "unknown"

@@ -1,0 +1,21 @@
+"""The package facade exports exactly what it lists."""
+
+from __future__ import annotations
+
+import click
+
+import callgate.temporal as temporal
+
+
+def test_all_lists_each_name_once_and_every_name_is_exported() -> None:
+    assert len(set(temporal.__all__)) == len(temporal.__all__)
+    for name in temporal.__all__:
+        assert hasattr(temporal, name), name
+
+
+def test_the_kernel_and_cli_api_is_present() -> None:
+    for name in ("parse_statement", "compile_behavior", "BehaviorSet", "Violation", "Monitor",
+                 "load_trace", "check_command"):
+        assert name in temporal.__all__
+    assert isinstance(temporal.check_command, click.Command)
+    assert temporal.check_command.name == "check"
