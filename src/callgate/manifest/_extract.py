@@ -197,6 +197,7 @@ class _BodyVisitor(ast.NodeVisitor):
             return
         name = qualify(node, self.names)
         if name is None:
+            self.generic_visit(node)  # a chain on a call result: judge what it is built on
             return
         if name in _OPEN:
             self._add(FS_WRITE, node, f"{name} passed on (mode unknown)")
