@@ -92,7 +92,8 @@ PATTERNS: list[tuple[str, str, str, str, str]] = [
     ("httpx client", "import httpx as hx", "hx.Client().get(url)", "lint.network",
      "ToolPolicy(network={'hosts': ['a.org'], 'proxy': 'http://127.0.0.1:3128'})"),
     # Not installed here: the import may fail at run time, the source still says what it does.
-    ("requests", "try:\n    import requests\nexcept ImportError:\n    pass", "requests.post(url)", "lint.network",
+    ("requests", "try:\n    import requests\nexcept ImportError:\n    pass",
+     "requests.post(url)", "lint.network",
      "ToolPolicy(network='allow')"),
     ("urllib", "from urllib import request", "request.urlopen(url)", "lint.network",
      "ToolPolicy(network='allow')"),
