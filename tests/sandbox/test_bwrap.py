@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from callgate import SandboxError
 from callgate.sandbox import Sandbox, SandboxOutcome, available_backends
+from callgate.sandbox.limits import plan_limits
 
 from .conftest import BUILDER, SYSTEM_PATH, Project, Server, assert_denied, connect_code, policy
 
@@ -261,3 +263,35 @@ def test_command_shows_the_wrapped_argv(project: Project):
     assert ["--bind", str(project.root / "build"), str(project.root / "build")] == argv[
         argv.index("--bind") : argv.index("--bind") + 3
     ]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start the sandbox as another uid")
+def test_non_root_caller_bounds_processes_with_rlimit_nproc():
+    # What a non-root deployment gets: no cgroup, RLIMIT_NPROC inside the user namespace.
+    # pytest's tmp_path is private to root, so the unprivileged caller gets its own directory.
+    with tempfile.TemporaryDirectory(prefix="callgate-nonroot-") as top:
+        os.chmod(top, 0o755)
+        check_non_root_caller(Path(top) / "work")
+
+
+def check_non_root_caller(work: Path) -> None:
+    (work / "build").mkdir(parents=True)
+    os.chown(work, 65534, 65534)
+    os.chown(work / "build", 65534, 65534)
+    tool = policy(filesystem={"write": ["./build/**"]}, limits={"processes": 6})
+    box = Sandbox(
+        tool,
+        working_dir=str(work),
+        backend="bwrap",
+        executable=Sandbox.for_policy(tool, working_dir=str(work), backend="bwrap").executable,
+        environ={},
+        plan=plan_limits(tool.limits, euid=65534, cgroup_base=None, launcher_tasks=2),
+    )
+    as_nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    bomb = box.command(["/bin/sh", "-c", "echo x > build/ok; f(){ f | f & }; f; wait"])
+    done = subprocess.run([*as_nobody, *bomb], capture_output=True, timeout=30, env={}, check=False)
+    assert b"Cannot fork" in done.stderr
+    assert (work / "build" / "ok").read_text() == "x\n"
+    fine = box.command(["/bin/sh", "-c", "for i in 1 2 3; do sleep 0.2 & done; wait; echo ok"])
+    done = subprocess.run([*as_nobody, *fine], capture_output=True, timeout=30, env={}, check=False)
+    assert done.stdout == b"ok\n"

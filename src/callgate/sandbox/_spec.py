@@ -221,15 +221,17 @@ def sensitive_paths(
     """
     candidates: set[str] = set()
     for home in _homes(environ):
-        for name in SENSITIVE_DIRS:
-            candidates.add(os.path.join(home, name))
+        # Only homes that overlap a visible root can expose anything (this keeps a large
+        # user database cheap).
+        if any(is_within(home, root) or is_within(root, home) for root in visible):
+            candidates.update(os.path.join(home, name) for name in SENSITIVE_DIRS)
     budget = [SCAN_BUDGET]
     for root in visible:
         if os.path.isdir(root):
             candidates.update(_scan(root, budget))
     # A symlinked credential directory is masked where it really is; if that place is not
     # visible the link already dangles inside the sandbox.
-    resolved = {os.path.realpath(path) for path in candidates}
+    resolved = {os.path.realpath(path) for path in candidates if os.path.lexists(path)}
     masked: set[str] = set()
     for path in resolved:
         if not os.path.exists(path) or not any(is_within(path, root) for root in visible):

@@ -115,7 +115,8 @@ class PidsCgroup:
 
     def remove(self) -> None:
         """Kill what is left and remove the group; a group that will not empty is left."""
-        for _ in range(100):
+        # Killed tasks leave the group a moment after they die: retry briefly (about 1 s).
+        for attempt in range(200):
             self.kill_all()
             try:
                 os.rmdir(self.path)
@@ -123,7 +124,7 @@ class PidsCgroup:
             except FileNotFoundError:
                 return
             except OSError:
-                time.sleep(0.01)
+                time.sleep(0.0005 if attempt < 20 else 0.005)
 
 
 @dataclass(frozen=True)
