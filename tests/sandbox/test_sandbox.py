@@ -53,3 +53,24 @@ def test_empty_command_is_refused(project: Project):
     box = Sandbox.for_policy(policy(**BUILDER), working_dir=str(project.root))
     with pytest.raises(SandboxError, match="empty command"):
         box.run([])
+
+
+def test_denial_is_the_reason_the_kernel_records():
+    stopped = SandboxOutcome(
+        ("x",), "bwrap", 1, b"", b"", True, "write outside declared roots blocked (EROFS): /etc/x",
+        "sandbox.write", 1.0,
+    )
+    reason = stopped.denial()
+    assert reason is not None
+    assert (reason.id, reason.check) == ("sandbox.write", "sandbox")
+    assert reason.message.endswith("/etc/x")
+    clean = SandboxOutcome(("x",), "bwrap", 0, b"", b"", False, None, None, 1.0)
+    assert clean.denial() is None
+
+
+def test_a_foreign_error_during_a_run_becomes_a_sandbox_error(project: Project):
+    if not available_backends():
+        pytest.skip("no sandbox backend can start on this host")
+    box = Sandbox.for_policy(policy(**BUILDER), working_dir=str(project.root))
+    with pytest.raises(SandboxError, match="sandbox failed"):
+        box.run(["/bin/cat"], stdin="text, not bytes")  # type: ignore[arg-type]

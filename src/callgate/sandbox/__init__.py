@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from callgate._errors import SandboxError
+from callgate._errors import CallgateError, SandboxError
+from callgate._model import Reason
 from callgate._policy import ToolPolicy
 from callgate.sandbox import bwrap, firejail
 from callgate.sandbox._runner import RawRun, run_process
@@ -55,6 +56,12 @@ class SandboxOutcome:
     reason: str | None
     reason_id: str | None
     duration_ms: float
+
+    def denial(self) -> Reason | None:
+        """The reason the kernel records with its deny when the sandbox stopped something."""
+        if not self.confined or self.reason_id is None:
+            return None
+        return Reason(id=self.reason_id, check="sandbox", message=self.reason or self.reason_id)
 
 
 def _locate(name: str, search_path: str | None) -> tuple[str | None, str]:
@@ -179,13 +186,36 @@ class Sandbox:
         """The full wrapped argv ``run`` would start (its cgroup name is a placeholder)."""
         base = self.plan.cgroup_base
         procs = None if base is None else os.path.join(base, "run-<id>", "cgroup.procs")
-        return self._wrap(self._spec(), argv, status_fd=None, procs=procs)
+        try:
+            return self._wrap(self._spec(), argv, status_fd=None, procs=procs)
+        except CallgateError:
+            raise
+        except Exception as exc:
+            raise SandboxError(f"cannot build the {self.backend} command: {exc!r}") from exc
 
     def run(self, argv: Sequence[str], *, stdin: bytes | None = None) -> SandboxOutcome:
-        """Run ``argv`` confined; the outcome says whether the sandbox stopped something."""
+        """Run ``argv`` confined; the outcome says whether the sandbox stopped something.
+
+        Raises ``SandboxError`` when the sandbox cannot be set up or cannot start; the
+        command has then not run (or was killed before doing anything).
+        """
+        if not argv:
+            raise SandboxError("an empty command cannot run")
         if self.backend == "none":
             warn_unconfined(argv)
-        spec = self._spec()
+        try:
+            spec = self._spec()
+            raw, pids_hit = self._launch(spec, argv, stdin)
+        except CallgateError:
+            raise
+        except Exception as exc:  # fail closed: an unexpected error is a refusal to run
+            raise SandboxError(f"the {self.backend} sandbox failed: {exc!r}") from exc
+        return self._outcome(argv, spec, raw, pids_hit)
+
+    def _launch(
+        self, spec: SandboxSpec, argv: Sequence[str], stdin: bytes | None
+    ) -> tuple[RawRun, bool]:
+        """Start the wrapped command with its cgroup and status pipe; clean both up."""
         cgroup = None
         if self.plan.cgroup_base is not None and self.plan.max_tasks is not None:
             cgroup = PidsCgroup.create(self.plan.cgroup_base, self.plan.max_tasks)
@@ -213,7 +243,7 @@ class Sandbox:
         if not started:
             message = raw.stderr.decode("utf-8", "replace").strip()
             raise SandboxError(f"the {self.backend} sandbox could not start: {message}")
-        return self._outcome(argv, spec, raw, pids_hit)
+        return raw, pids_hit
 
     def _execute(
         self,

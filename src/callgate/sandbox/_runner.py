@@ -135,8 +135,13 @@ def run_process(
     except OSError as exc:
         raise SandboxError(f"cannot start {argv[0]}: {exc}") from exc
     with proc:
-        pump = _Pump(proc, stdin, output_limit)
-        killed = pump.pump(deadline)
+        try:
+            pump = _Pump(proc, stdin, output_limit)
+            killed = pump.pump(deadline)
+        except BaseException:
+            # Never leave a tool running behind an error (Popen's exit would wait for it).
+            _kill_group(proc, kill_extra)
+            raise
         if killed is not None:
             _kill_group(proc, kill_extra)
         remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
