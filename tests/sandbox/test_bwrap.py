@@ -88,6 +88,15 @@ def test_write_root_glob_is_not_widened_to_its_parent(project: Project):
     assert not (project.root / "sibling.txt").exists()
 
 
+def test_single_file_write_root_is_writable_and_nothing_beside_it(project: Project):
+    (project.root / "report.txt").write_text("old\n")
+    box = sandbox(project, filesystem={"read": ["./src/**"], "write": ["./report.txt"]})
+    assert not sh(box, "echo new > report.txt").confined
+    assert (project.root / "report.txt").read_text() == "new\n"
+    assert_denied(sh(box, "echo x > other.txt"), "sandbox.write")
+    assert not (project.root / "other.txt").exists()
+
+
 def test_undeclared_directory_is_invisible_and_reading_it_is_a_denial(project: Project):
     outcome = sh(sandbox(project), f"cat {project.secret_dir}/data.txt")
     assert_denied(outcome, "sandbox.read")

@@ -39,6 +39,16 @@ def test_write_glob_binds_its_directory_and_creates_it_inside_the_working_dir(tm
     assert (tmp_path / "build").is_dir()
 
 
+def test_missing_file_write_root_is_left_out_rather_than_made_a_directory(tmp_path: Path):
+    spec = spec_for(tmp_path, filesystem={"write": ["./report.txt"]})
+    assert spec.write_roots == ()
+    assert not (tmp_path / "report.txt").exists()
+    (tmp_path / "report.txt").write_text("")
+    assert spec_for(tmp_path, filesystem={"write": ["./report.txt"]}).write_roots == (
+        str(tmp_path / "report.txt"),
+    )
+
+
 def test_missing_write_root_outside_the_working_dir_is_left_out(tmp_path: Path):
     work = tmp_path / "work"
     work.mkdir()

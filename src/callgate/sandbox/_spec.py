@@ -10,9 +10,9 @@ Glob rules (no widening):
   paths that exist then, and each match is bound exactly; paths created later are not covered;
 * relative patterns resolve against the working directory; every root is resolved with
   ``realpath`` so a symlink cannot point a root somewhere else;
-* a missing write root inside the working directory is created (a build directory often does
-  not exist before the first build); a missing root elsewhere is left out, which can only
-  narrow what the tool may touch.
+* a missing write root inside the working directory is created when the pattern names a
+  directory (``./build/**``; a build directory often does not exist before the first build);
+  any other missing root is left out, which can only narrow what the tool may touch.
 """
 
 from __future__ import annotations
@@ -124,8 +124,12 @@ def _outermost(paths: Iterable[str]) -> tuple[str, ...]:
 def _write_roots(patterns: Iterable[str], working_dir: str) -> tuple[str, ...]:
     roots: list[str] = []
     for pattern in patterns:
+        names_directory = pattern.rstrip("/").endswith("**") or pattern.endswith("/")
         for path in expand_glob(pattern, working_dir):
-            if not os.path.lexists(path) and is_within(path, working_dir):
+            # Only a directory pattern is created: a missing file root would otherwise become
+            # a directory of that name.
+            creatable = names_directory and is_within(path, working_dir)
+            if creatable and not os.path.lexists(path):
                 try:
                     os.makedirs(path, exist_ok=True)
                 except OSError as exc:
