@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from callgate.manifest import manifest_of, render
-from tests.conftest import EXAMPLE
+from tests.conftest import EXAMPLE, ROOT
 from tests.manifest.conftest import TOOLS_MODULE
 
 CLI = [sys.executable, "-m", "callgate.manifest"]
+HOOKS = ROOT / ".pre-commit-hooks.yaml"
 
 POLICY = """\
 name: agent
@@ -143,3 +147,43 @@ def test_commands_are_usable_from_the_exported_click_objects(tmp_path: Path) -> 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_generate_check_fails_when_the_committed_manifest_is_stale(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, POLICY)
+    committed = tmp_path / "manifest.json"
+    assert run("generate", str(policy), "--out", str(committed)).returncode == 0
+    assert run("generate", str(policy), "--out", str(committed), "--check").returncode == 0
+    narrowed = write_policy(tmp_path, POLICY.replace("risk: medium", "risk: low"), "n.yaml")
+    stale = run("generate", str(narrowed), "--out", str(committed), "--check")
+    assert stale.returncode == 1
+    assert "out of date" in stale.stderr
+    assert committed.read_text() == render(manifest_of(str(policy)), "json")
+
+
+def test_pre_commit_hooks_run_as_declared(tmp_path: Path) -> None:
+    hooks = {h["id"]: h for h in yaml.safe_load(HOOKS.read_text())}
+    assert set(hooks) == {"callgate-manifest-verify", "callgate-manifest-current",
+                          "callgate-lint-tools"}
+    policy = write_policy(tmp_path, POLICY)
+    baseline = tmp_path / "manifest.json"
+    assert run("generate", str(policy), "--out", str(baseline)).returncode == 0
+    args = {
+        "callgate-manifest-verify": ["--baseline", str(baseline), str(policy)],
+        "callgate-manifest-current": [str(policy), "--out", str(baseline)],
+        "callgate-lint-tools": [str(TOOLS_MODULE)],
+    }
+    for hook_id, hook in hooks.items():
+        assert hook["language"] == "python" and hook["pass_filenames"] is False
+        program, *rest = shlex.split(hook["entry"])
+        assert program == "python"
+        done = subprocess.run([sys.executable, *rest, *args[hook_id]], capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 0, (hook_id, done.stdout, done.stderr)
+    # And the verify hook fails the commit on a widening.
+    policy.write_text(POLICY.replace("exec: deny", "exec: allow"))
+    program, *rest = shlex.split(hooks["callgate-manifest-verify"]["entry"])
+    done = subprocess.run([sys.executable, *rest, *args["callgate-manifest-verify"]],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert "tool.exec.widened upload" in done.stdout

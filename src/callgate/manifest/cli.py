@@ -61,12 +61,18 @@ def manifest_group() -> None:
 @click.option("--out", "out", metavar="FILE", help="Write here instead of standard output.")
 @click.option("--format", "fmt", type=click.Choice(["json", "yaml"]),
               help="Output format (default: from --out's extension, else json).")
-def generate(target: str, policy: str | None, out: str | None, fmt: str | None) -> None:
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 if --out does not hold exactly this manifest.")
+def generate(target: str, policy: str | None, out: str | None, fmt: str | None,
+             check: bool) -> None:
     """Write the manifest of TARGET: deterministic, keys sorted, with its sha256."""
     try:
         text = render(manifest_of(target, policy), _format_for(out, fmt))
     except CallgateError as exc:
         _fail(str(exc))
+    if check:
+        _check_current(text, out)
+        return
     if out is None:
         click.echo(text, nl=False)
         return
@@ -74,6 +80,19 @@ def generate(target: str, policy: str | None, out: str | None, fmt: str | None) 
         Path(out).write_text(text, encoding="utf-8")
     except OSError as exc:
         _fail(f"cannot write {out}: {exc.strerror or exc}")
+
+
+def _check_current(text: str, out: str | None) -> None:
+    if out is None:
+        _fail("--check needs --out FILE (the committed manifest)")
+    try:
+        stored = Path(out).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        stored = None
+    if stored != text:
+        click.echo(f"{out} is out of date: regenerate it with 'generate --out {out}' and "
+                   "review the difference", err=True)
+        sys.exit(1)
 
 
 @manifest_group.command("verify")
