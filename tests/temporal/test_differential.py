@@ -19,9 +19,9 @@ from callgate.temporal.behavior import BehaviorSet
 from .reference import failing_events
 from .strategies import FORMS, events, statement
 
-FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SOLVER = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-ONLINE = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SOLVER = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ONLINE = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _compile(rule: str) -> BehaviorSet:

@@ -22,6 +22,7 @@ from callgate.temporal.forms import NO_EVENTS
 from callgate.temporal.patterns import CompiledPattern
 
 Eval = Callable[[Event, int], int]
+_NONE: list[int] = []
 
 
 class AlwaysMonitor:
@@ -69,8 +70,16 @@ class AlwaysMonitor:
     def pending(self, ev: Event, pos: int) -> tuple[tuple[int, ...], object]:
         """Positions failing for good once ``ev`` happens at ``pos``, and the plan to commit it."""
         value = self._root(ev, pos)
-        once_hits = [i for i, child in enumerate(self._once_children) if child(ev, pos)]
-        hits = [m for m, child in enumerate(self._eventually_children) if child(ev, pos)]
+        once_hits = (
+            [i for i, child in enumerate(self._once_children) if child(ev, pos)]
+            if self._once_children else _NONE
+        )
+        hits = (
+            [m for m, child in enumerate(self._eventually_children) if child(ev, pos)]
+            if self._eventually_children else _NONE
+        )
+        if value == self._full and not (hits and self._groups):
+            return NO_EVENTS, (value, once_hits, self._groups)
         failing: list[int] = []
         groups = self._groups
         if hits and groups:

@@ -197,8 +197,10 @@ class BrespMonitor(RespMonitor):
         self._key_of: dict[int, Key] = {}
 
     def pending(self, ev: Event, pos: int) -> tuple[tuple[int, ...], object]:
-        resolved = self._resolved(ev)
         expiring = pos - self.bound
+        if not self.open.entries:
+            return NO_EVENTS, ([], self.trigger(ev))
+        resolved = self._resolved(ev)
         key = self._key_of.get(expiring)
         failing = (expiring,) if key is not None and key not in resolved else NO_EVENTS
         return failing, (resolved, self.trigger(ev))

@@ -30,6 +30,7 @@ from callgate.temporal.forms import (
     RslvMonitor,
     UntilMonitor,
 )
+from callgate.temporal.interest import interest
 from callgate.temporal.patterns import CompiledPattern
 
 Enforce = Literal["block", "alert", "quarantine"]
@@ -121,9 +122,23 @@ class Monitor:
         self._monitors: list[StatementMonitor | None] = [
             s.new_monitor() for s in self._statements
         ]
+        self._interest = [interest(s.statement) for s in self._statements]
+        self._relevant: dict[str, tuple[int, ...]] = {}
         self._broken: dict[int, str] = {}
         self._length = 0
-        self._cached: tuple[Event, list[object]] | None = None
+        self._cached: tuple[Event, dict[int, object]] | None = None
+
+    def _relevant_to(self, action: str) -> tuple[int, ...]:
+        """Indexes of the statements an event with ``action`` can matter to (cached)."""
+        found = self._relevant.get(action)
+        if found is None:
+            found = tuple(
+                i for i, actions in enumerate(self._interest)
+                if actions is None or action in actions
+            )
+            if len(self._relevant) < 4096:  # bound the cache: actions come from the agent
+                self._relevant[action] = found
+        return found
 
     def __len__(self) -> int:
         return self._length
@@ -131,23 +146,27 @@ class Monitor:
     def check_pending(self, event: Event) -> list[Violation]:
         """Violations that ``event`` would cause now, as the next event; state is unchanged."""
         pos = self._length + 1
-        violations: list[Violation] = []
-        plans: list[object] = []
-        for index, statement in enumerate(self._statements):
+        violations: list[Violation] = [
+            self._statements[i].unknown((pos,), reason) for i, reason in self._broken.items()
+        ]
+        plans: dict[int, object] = {}
+        try:
+            relevant = self._relevant_to(event.action)
+        except Exception:  # an unhashable action: consult every statement
+            relevant = tuple(range(len(self._statements)))
+        for index in relevant:
             monitor = self._monitors[index]
             if monitor is None:
-                violations.append(statement.unknown((pos,), self._broken[index]))
-                plans.append(None)
                 continue
             try:
-                failing, plan = monitor.pending(event, pos)
+                failing, plans[index] = monitor.pending(event, pos)
             except Exception as exc:  # fail closed: an internal error denies
+                statement = self._statements[index]
                 violations.append(statement.unknown((pos,), f"internal error: {exc!r}"))
-                plans.append(None)
+                plans[index] = None
                 continue
-            plans.append(plan)
             if failing:
-                violations.append(statement.violation(failing))
+                violations.append(self._statements[index].violation(failing))
         self._cached = (event, plans)
         return violations
 
@@ -163,11 +182,12 @@ class Monitor:
         assert self._cached is not None
         plans = self._cached[1]
         self._cached = None
-        for index, monitor in enumerate(self._monitors):
+        for index, plan in plans.items():
+            monitor = self._monitors[index]
             if monitor is None:
                 continue
             try:
-                monitor.apply(plans[index], pos)
+                monitor.apply(plan, pos)
             except Exception as exc:  # state is now unknown: keep failing closed
                 self._monitors[index] = None
                 self._broken[index] = f"internal error while recording event {pos}: {exc!r}"

@@ -160,7 +160,12 @@ class _Parser:
         parts = [self._unary()]
         while self._at("and"):
             self._next()
-            parts.append(self._unary())
+            part = self._unary()
+            if isinstance(part, n.Pattern) and isinstance(parts[-1], n.Pattern):
+                # Adjacent atoms form one pattern, so a leaf keeps its action condition.
+                parts[-1] = n.Pattern(parts[-1].atoms + part.atoms, parts[-1].pos)
+            else:
+                parts.append(part)
         return parts[0] if len(parts) == 1 else n.And(tuple(parts), self._pos(start))
 
     def _unary(self) -> n.Body:
