@@ -11,10 +11,12 @@ import yaml
 from callgate.abstraction import Abstractor, default_catalog, ground_words
 
 DATA = Path(__file__).parents[1] / "data" / "abstraction"
-REQUIRED = """rm cp mv cat head tail tee touch mkdir chmod chown ln find sed tar zip unzip dd truncate
-shred curl wget ssh scp rsync nc git pip npm uv make cargo go python node bash sh perl ruby docker
-kubectl aws gcloud az terraform databricks wrangler sbatch psql sqlite3 mysql clang gcc afl-fuzz
-libfuzzer""".split()
+REQUIRED = ["rm", "cp", "mv", "cat", "head", "tail", "tee", "touch", "mkdir", "chmod", "chown",
+    "ln", "find", "sed", "tar", "zip", "unzip", "dd", "truncate", "shred", "curl", "wget", "ssh",
+    "scp", "rsync", "nc", "git", "pip", "npm", "uv", "make", "cargo", "go", "python", "node",
+    "bash", "sh", "perl", "ruby", "docker", "kubectl", "aws", "gcloud", "az", "terraform",
+    "databricks", "wrangler", "sbatch", "psql", "sqlite3", "mysql", "clang", "gcc", "afl-fuzz",
+    "libfuzzer"]
 
 
 def _cases() -> list[tuple[str, list[tuple[str, dict[str, Any]]]]]:

@@ -91,7 +91,7 @@ class Catalog:
 
     def program(self, word: str) -> tuple[str, ProgramSpec | None]:
         """The canonical program name of a command word and its entry, if any."""
-        name = word.rsplit("/", 1)[-1]
+        name = word.rsplit("/", 1)[-1] or word
         spec = self.programs.get(name)
         if spec is None:
             match = _VERSION_SUFFIX.match(name)

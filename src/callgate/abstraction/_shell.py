@@ -25,6 +25,8 @@ from callgate.abstraction._catalog import Catalog, default_catalog
 MAX_COMMAND_CHARS = 100_000
 #: Deepest nesting of syntax nodes, substitutions and ``sh -c`` strings followed.
 MAX_DEPTH = 64
+#: Deepest nesting of ``sh -c`` strings followed (each level is a full re-parse).
+MAX_SHELL_DEPTH = 6
 #: Most simple commands read from one line.
 MAX_COMMANDS = 1_000
 #: Longest here-document or here-string kept as ``stdin``.
@@ -68,7 +70,7 @@ class ShellCommand:
     @property
     def program(self) -> str:
         """The program's base name, or ``""`` for a bare assignment or a failed parse."""
-        return self.words[0].rsplit("/", 1)[-1] if self.words else ""
+        return (self.words[0].rsplit("/", 1)[-1] or self.words[0]) if self.words else ""
 
 
 class _LimitError(Exception):
@@ -381,9 +383,9 @@ def parse_commands(
     command: str, *, depth: int = 0, wrappers: tuple[str, ...] = ()
 ) -> list[ShellCommand]:
     """The simple commands of a shell line, in execution order; never raises on bad input."""
-    if depth > MAX_DEPTH:
+    if depth > MAX_SHELL_DEPTH:
         return [ShellCommand(words=(), wrappers=wrappers, depth=depth,
-                             parse_error=f"shell strings nested deeper than {MAX_DEPTH}")]
+                             parse_error=f"shell strings nested deeper than {MAX_SHELL_DEPTH}")]
     if len(command) > MAX_COMMAND_CHARS:
         return [ShellCommand(words=(), wrappers=wrappers, depth=depth,
                              parse_error=f"command longer than {MAX_COMMAND_CHARS} characters")]

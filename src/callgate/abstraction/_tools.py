@@ -20,7 +20,7 @@ from callgate.abstraction._scripts import (
     javascript_effects,
     python_effects,
 )
-from callgate.abstraction._shell import MAX_DEPTH, ShellCommand, parse_commands, peel
+from callgate.abstraction._shell import MAX_SHELL_DEPTH, ShellCommand, parse_commands, peel
 
 #: Deepest chain of scripts followed (a script that runs a script that runs …).
 MAX_SCRIPT_DEPTH = 4
@@ -128,7 +128,12 @@ def command_drafts(
     args["argv"] = " ".join(cmd.words)
     args["argv_list"] = list(cmd.words)
     _shell_context(cmd, args)
-    draft = Draft(grounded.action, args, derived, {grounded.taint} if grounded.taint else set())
+    action = grounded.action
+    if not action:
+        # an empty command name (``"" x``, or one the parser had to invent) runs nothing known
+        action = "parse_error"
+        args.setdefault("parse_error", "empty command name")
+    draft = Draft(action, args, derived, {grounded.taint} if grounded.taint else set())
     out = [draft]
     if grounded.language and ctx.resolve and depth < MAX_SCRIPT_DEPTH:
         out.extend(_script_drafts(grounded.language, args, cmd.stdin, ctx, depth + 1))
@@ -192,7 +197,7 @@ def _read_script(path: str, ctx: ScriptContext) -> tuple[str | None, str | None]
 def script_source_drafts(language: str, source: str, ctx: ScriptContext, depth: int) -> list[Draft]:
     """Derived drafts of a script's effects; a script that does not parse gives parse_error."""
     if language == "shell":
-        return shell_drafts(source, ctx, derived=True, depth=min(depth, MAX_DEPTH))
+        return shell_drafts(source, ctx, derived=True, depth=min(depth, MAX_SHELL_DEPTH))
     try:
         if language == "python":
             effects = python_effects(source)
