@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from callgate import SandboxError
 from callgate.sandbox import Sandbox, SandboxOutcome, available_backends
 
 from .conftest import BUILDER, Project, Server, assert_denied, connect_code, policy
@@ -98,3 +99,12 @@ def test_wall_limit_kills_the_tree_under_firejail(project: Project):
     assert_denied(outcome, "sandbox.limit.wall")
     time.sleep(2.5)
     assert not (project.root / "build" / "late").exists()
+
+
+def test_scratch_that_would_hide_declared_roots_under_tmp_is_refused(project: Project):
+    # firejail's private /tmp would cover a project that lives under /tmp.
+    if not str(project.root.resolve()).startswith("/tmp/"):
+        pytest.skip("pytest's temporary directory is not under /tmp on this host")
+    box = sandbox(project, scratch=True)
+    with pytest.raises(SandboxError, match="private /tmp"):
+        box.run(["/bin/true"])

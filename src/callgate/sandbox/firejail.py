@@ -2,14 +2,15 @@
 
 firejail is setuid, so it confines without unprivileged user namespaces: ``--read-only=/``
 with ``--read-write`` for each write root, ``--blacklist`` for every path that leads away from
-the visible roots (reads of it fail with ``EACCES``) and for credential paths, ``--net=none``
+the visible roots and for credential paths (a hidden directory fails with ``EACCES``; a hidden
+file reads as empty when the caller is root), ``--net=none``
 unless the network is allowed, a new ipc namespace and hostname, no capabilities, no new
 privileges, no supplementary groups, and an environment cleared with ``env -i``. The options
 go in a generated profile file, because firejail caps its command line at 128 arguments.
 
 Differences from bwrap, all documented in ``docs/sandbox.md``: the tool keeps the caller's uid,
-``/run/firejail`` must stay visible for firejail itself, and ``/tmp`` is read-only rather than
-absent (``scratch`` gives a private ``/tmp``).
+``/run/firejail`` must stay visible for firejail itself, ``/tmp`` is read-only rather than
+absent, and ``scratch`` (a private ``/tmp``) is refused when a declared root lies under ``/tmp``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import tempfile
 from collections.abc import Sequence
 
 from callgate._errors import SandboxError
-from callgate.sandbox._spec import SandboxSpec, off_path
+from callgate.sandbox._spec import SandboxSpec, is_within, off_path
 
 HOSTNAME = "callgate-sandbox"
 #: firejail keeps a launcher and its sandbox monitor in the pids cgroup besides the tool.
@@ -40,6 +41,13 @@ def firejail_profile(spec: SandboxSpec) -> str:
     if not spec.network:
         lines.append("net none")
     if spec.scratch:
+        under_tmp = [root for root in spec.visible() if is_within(root, "/tmp")]
+        if under_tmp:
+            # firejail mounts the private /tmp last, over them; bwrap orders its mounts.
+            raise SandboxError(
+                f"firejail's private /tmp (scratch) would hide declared roots under /tmp: "
+                f"{', '.join(under_tmp)}"
+            )
         lines.append("private-tmp")
     lines += [f"read-write {path}" for path in spec.write_roots]
     visible = (*spec.visible(), *_FIREJAIL_OWN, spec.working_dir)
