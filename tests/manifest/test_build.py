@@ -235,3 +235,19 @@ def test_module_that_fails_to_import_is_a_manifest_error(tmp_path: Path) -> None
         manifest_of(str(broken))
     with pytest.raises(ManifestError, match="cannot import"):
         manifest_of("no_such_module_for_callgate_tests")
+
+
+def test_yaml_aliases_in_a_manifest_are_refused() -> None:
+    bomb = "callgate_manifest: 1\na: &a [x, x]\nb: [*a, *a]\ntools: {}\nsha256: x\n"
+    with pytest.raises(ManifestError, match="aliases"):
+        parse_manifest(bomb)
+
+
+def test_an_edited_module_is_judged_as_it_is_now(tmp_path: Path) -> None:
+    module = tmp_path / "edited_tools.py"
+    source = ("from callgate import ToolPolicy, declare\n\n"
+              "@declare(ToolPolicy(exec='{}'))\ndef run() -> None:\n    pass\n")
+    module.write_text(source.format("deny"))
+    assert manifest_of(str(module))["tools"]["run"]["exec"] == "deny"
+    module.write_text(source.format("allow"))
+    assert manifest_of(str(module))["tools"]["run"]["exec"] == "allow"

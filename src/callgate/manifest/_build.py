@@ -213,6 +213,14 @@ def render(manifest: Mapping[str, Any], fmt: Format = "json") -> str:
     return text
 
 
+def _safe_yaml(text: str, source: str) -> Any:
+    # Rendered manifests never hold anchors; refusing aliases rules out expansion bombs.
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise ManifestError(f"{source}: YAML aliases are not allowed in a manifest")
+    return yaml.safe_load(text)
+
+
 def parse_manifest(text: str, source: str = "<manifest>") -> dict[str, Any]:
     """Read a rendered manifest (JSON or YAML) and check its stored hash against its content.
 
@@ -222,7 +230,7 @@ def parse_manifest(text: str, source: str = "<manifest>") -> dict[str, Any]:
     if len(text) > MAX_MANIFEST_BYTES:
         raise ManifestError(f"{source}: manifest larger than {MAX_MANIFEST_BYTES} bytes")
     try:
-        data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+        data = json.loads(text) if text.lstrip().startswith("{") else _safe_yaml(text, source)
     except (ValueError, yaml.YAMLError) as exc:
         raise ManifestError(f"{source}: not a readable manifest: {exc}") from exc
     if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT_VERSION:

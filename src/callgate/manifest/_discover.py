@@ -60,11 +60,10 @@ def _import_file(path: Path) -> ModuleType:
     resolved = path.resolve()
     if not resolved.is_file():
         raise ManifestError(f"cannot import {path}: no such file")
-    # A stable private name per file, so the same file imports once and never shadows a package.
+    # A private name per file that never shadows a package; the file is executed afresh each
+    # time, so a file edited since the last look is judged as it is now.
     digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
     name = f"_callgate_tools_{resolved.stem}_{digest}"
-    if name in sys.modules:
-        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, resolved)
     if spec is None or spec.loader is None:
         raise ManifestError(f"cannot import {path}: not a Python module")

@@ -164,7 +164,10 @@ class _BodyVisitor(ast.NodeVisitor):
             self._add(capability, node, f"open(..., {shown})")
             self._seen.add(id(node.func))
         elif name == "os.open":
-            self._add(FS_WRITE, node, "os.open")  # flags are judged as a write, conservatively
+            # Only the bare read-only flag is a read; any other flags are judged as a write.
+            flags = _argument(node, 1, "flags")
+            read_only = flags is not None and qualify(flags, self.names) == "os.O_RDONLY"
+            self._add(FS_READ if read_only else FS_WRITE, node, "os.open")
             self._seen.add(id(node.func))
         elif isinstance(node.func, ast.Attribute) and name is None:
             self._method(node, node.func)
