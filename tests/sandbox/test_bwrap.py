@@ -188,11 +188,15 @@ def test_fork_bomb_is_bounded_by_the_process_limit(project: Project):
     assert time.monotonic() - started < 10
 
 
-def test_process_limit_allows_the_declared_number_of_children(project: Project):
-    box = sandbox(project, limits={"processes": 8, "wall_seconds": 10})
-    outcome = sh(box, "for i in 1 2 3 4 5; do sleep 0.2 & done; wait; echo done")
-    assert not outcome.confined, outcome
-    assert outcome.stdout == b"done\n"
+@pytest.mark.parametrize(("processes", "allowed"), [(2, False), (3, True)])
+def test_process_limit_counts_exactly_the_tools_processes(
+    project: Project, processes: int, allowed: bool
+):
+    # A shell with two children is three processes; the launcher is not counted.
+    box = sandbox(project, limits={"processes": processes, "wall_seconds": 10})
+    outcome = sh(box, "sleep 0.1 & sleep 0.1 & wait; echo done")
+    assert outcome.confined is not allowed, outcome
+    assert (outcome.stdout == b"done\n") is allowed
 
 
 def test_cpu_spinner_is_stopped_by_the_cpu_limit(project: Project):

@@ -108,3 +108,9 @@ def test_scratch_that_would_hide_declared_roots_under_tmp_is_refused(project: Pr
     box = sandbox(project, scratch=True)
     with pytest.raises(SandboxError, match="private /tmp"):
         box.run(["/bin/true"])
+
+
+def test_process_limit_counts_exactly_the_tools_processes_under_firejail(project: Project):
+    script = "sleep 0.1 & sleep 0.1 & wait; echo done"
+    assert_denied(sh(sandbox(project, limits={"processes": 2}), script), "sandbox.limit.processes")
+    assert sh(sandbox(project, limits={"processes": 3}), script).stdout == b"done\n"

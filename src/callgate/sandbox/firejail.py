@@ -28,8 +28,8 @@ from callgate._errors import SandboxError
 from callgate.sandbox._spec import SandboxSpec, is_within, off_path
 
 HOSTNAME = "callgate-sandbox"
-#: firejail keeps a launcher and its sandbox monitor in the pids cgroup besides the tool.
-LAUNCHER_TASKS = 3
+#: firejail keeps its launcher and the sandbox monitor in the pids cgroup besides the tool.
+LAUNCHER_TASKS = 2
 #: Paths firejail needs to stay visible for itself.
 _FIREJAIL_OWN = ("/proc", "/dev", "/run/firejail")
 
