@@ -67,3 +67,14 @@ def test_bad_rule_exits_2_naming_file_line_and_column(tmp_path: Path) -> None:
 def test_missing_policy_option_is_a_usage_error() -> None:
     code, _, _ = _run(str(DATA / "dashcam_safe.jsonl"))
     assert code == 2
+
+
+def test_an_undecided_statement_is_reported_as_unsafe() -> None:
+    from callgate.temporal import Violation
+    from callgate.temporal.cli import render
+
+    unknown = Violation("s", "block", (), "the solver returned unknown (timeout)", "unknown")
+    text = render([unknown], statements=1, events=3, as_json=False)
+    assert "s [undecided] events -: the solver returned unknown" in text
+    assert json.loads(render([unknown], statements=1, events=3, as_json=True))["verdict"] == (
+        "unsafe")

@@ -171,3 +171,28 @@ def test_a_statement_whose_state_broke_keeps_failing_closed() -> None:
     monitor.commit(Event(action="b", args=_Exploding()))
     assert monitor.check_pending(_ev("c", x=1))[0].kind == "unknown"
     assert monitor.finish()[0].kind == "unknown"
+
+
+def test_statements_are_skipped_only_for_actions_they_cannot_be_affected_by() -> None:
+    from callgate.temporal.monitor import interest
+    from callgate.temporal.parser import parse_statement
+
+    def actions(rule: str) -> set[str] | None:
+        found = interest(parse_statement(rule))
+        return None if found is None else set(found)
+
+    assert actions("prec(action = a and x = $v, action in {b, c} and x = $v)") == {"a", "b", "c"}
+    assert actions("abs(status = denied)") is None
+    assert actions("bresp[2](action = a, action = b)") is None  # every event moves the window
+    assert actions("always(not (action = s and not (fps = 6)))") == {"s"}
+    # once's operand names no action: every event may update its state.
+    assert actions("always(not (action = p and once[3](taint has web)))") is None
+    # a body false when its leaves are false must see every event.
+    assert actions("always(action = a)") is None
+
+
+def test_a_violation_becomes_a_decision_witness() -> None:
+    monitor = _monitor("abs(action = rm)")
+    witness = monitor.check_pending(_ev("rm"))[0].witness()
+    assert (witness.statement, witness.events) == ("s", (1,))
+    assert "forbidden" in witness.detail

@@ -68,3 +68,25 @@ def test_only_the_smt_module_imports_z3() -> None:
                for line in path.read_text(encoding="utf-8").splitlines())
     )
     assert importers == ["temporal/smt.py"]
+
+
+def test_unknown_engine_is_an_error() -> None:
+    import pytest
+
+    from callgate._errors import TemporalError
+
+    behavior = compile_behavior([BehaviorStatement(id="s", rule="abs(action = a)")])
+    with pytest.raises(TemporalError, match="unknown engine"):
+        behavior.check_trace([], engine="magic")  # type: ignore[arg-type]
+
+
+def test_an_unknown_wins_over_violations_when_merging() -> None:
+    from callgate.temporal import Violation, merge_violations
+
+    merged = merge_violations(
+        [Violation("s", "block", (2,), "m"), Violation("s", "block", (1,), "u", "unknown"),
+         Violation("t", "alert", (3,), "m")],
+        ["t", "s"],
+    )
+    assert [(v.statement, v.kind, v.events) for v in merged] == [
+        ("t", "violation", (3,)), ("s", "unknown", (1, 2))]
