@@ -187,6 +187,26 @@ def test_helper_passed_as_a_callback_is_followed(tmp_path: Path) -> None:
     assert [f.rule_id for f in findings] == ["lint.exec"]
 
 
+@pytest.mark.parametrize("statement", [
+    "eval('__import__(\"os\").system(\"ls\")')",
+    "__import__('subprocess').run(['ls'])",
+    "importlib.import_module('sub' + 'process')",
+    "getattr(os, 'sys' + 'tem')('ls')",
+])
+def test_code_that_cannot_be_seen_through_fails_whatever_the_policy(
+        tmp_path: Path, statement: str) -> None:
+    grant_all = ("ToolPolicy(filesystem={'read': ['/**'], 'write': ['/**']}, exec='allow', "
+                 "network='allow', environment={'allow': ['HOME']})")
+    findings = lint_source(tmp_path, single_tool("import importlib\nimport os", statement,
+                                                 grant_all))
+    assert [f.rule_id for f in findings] == ["lint.dynamic"]
+    assert "cannot be checked" in findings[0].message
+
+
+def test_getattr_on_ordinary_objects_is_not_dynamic(tmp_path: Path) -> None:
+    assert lint_source(tmp_path, single_tool("", "getattr(path, 'upper')()")) == []
+
+
 def test_environment_variable_must_be_among_the_declared_ones(tmp_path: Path) -> None:
     findings = lint_source(tmp_path, """
         import os

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 FS_READ, FS_WRITE, EXEC, NETWORK, ENVIRONMENT = "fs.read", "fs.write", "exec", "network", "env"
+#: Code the extractor cannot see through (eval, dynamic imports, getattr on a capability module).
+DYNAMIC = "dynamic"
 
 _OPEN = frozenset({"open", "io.open", "codecs.open", "builtins.open"})
 _OS_WRITE = frozenset({
@@ -50,6 +52,11 @@ _PATH_TYPES = frozenset({"pathlib.Path", "pathlib.PosixPath", "pathlib.WindowsPa
 _PATH_DERIVED = frozenset({"resolve", "absolute", "with_suffix", "with_name", "with_stem",
                            "joinpath", "expanduser"})
 _BUILTINS = frozenset(dir(builtins))
+_DYNAMIC = frozenset({"eval", "exec", "compile", "__import__", "importlib.import_module",
+                      "importlib.__import__", "builtins.eval", "builtins.exec"})
+_CAPABILITY_MODULES = frozenset({"os", "subprocess", "shutil", "socket", "pathlib", "io",
+                                 "builtins", "httpx", "requests", "urllib.request", "aiohttp",
+                                 "os.environ"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +166,11 @@ class _BodyVisitor(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         name = qualify(node.func, self.names)
-        if name in _OPEN:
+        if name in _DYNAMIC or (name in ("getattr", "builtins.getattr") and node.args and
+                                qualify(node.args[0], self.names) in _CAPABILITY_MODULES):
+            self._add(DYNAMIC, node, f"{name}(...)")
+            self._seen.add(id(node.func))
+        elif name in _OPEN:
             capability, shown = _mode_capability(_argument(node, 1, "mode"))
             self._add(capability, node, f"open(..., {shown})")
             self._seen.add(id(node.func))

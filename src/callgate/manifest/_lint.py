@@ -13,7 +13,9 @@ What each use needs (``unspecified`` counts as not granted):
 * a process: ``exec: allow``;
 * a socket or HTTP client: ``network: allow`` or a host list;
 * the environment: ``environment.allow`` with variables, holding the variable when its name is
-  a literal.
+  a literal;
+* code the extractor cannot see through (``eval``, ``exec``, dynamic imports, ``getattr`` on a
+  capability module): never granted, since what it does cannot be compared (fail closed).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from callgate._policy import EnvironmentPolicy, NetworkHosts, ToolPolicy
 from callgate.manifest._build import ManifestError
 from callgate.manifest._discover import import_target, module_tools
 from callgate.manifest._extract import (
+    DYNAMIC,
     ENVIRONMENT,
     EXEC,
     FS_READ,
@@ -41,7 +44,8 @@ from callgate.manifest._findings import Finding
 
 SEVERITY = "error"
 _RULE_IDS = {FS_READ: "lint.filesystem.read", FS_WRITE: "lint.filesystem.write",
-             EXEC: "lint.exec", NETWORK: "lint.network", ENVIRONMENT: "lint.environment"}
+             EXEC: "lint.exec", NETWORK: "lint.network", ENVIRONMENT: "lint.environment",
+             DYNAMIC: "lint.dynamic"}
 _NEEDS = {
     FS_READ: "declare filesystem.read (or write) globs",
     FS_WRITE: "declare filesystem.write globs",
@@ -85,7 +89,9 @@ def decorated_tools(tree: ast.Module) -> list[str]:
 
 
 def granted(policy: ToolPolicy, use: Use) -> bool:
-    """Whether ``policy`` grants the capability ``use`` needs."""
+    """Whether ``policy`` grants the capability ``use`` needs (dynamic code: never provable)."""
+    if use.capability == DYNAMIC:
+        return False
     fs = policy.filesystem
     if use.capability == FS_WRITE:
         return fs is not None and bool(fs.write)
@@ -103,11 +109,13 @@ def granted(policy: ToolPolicy, use: Use) -> bool:
 
 def _finding(tool: str, shown: str, use: Use) -> Finding:
     what = use.what + (f" ({use.variable})" if use.variable else "")
-    where = f"{shown}:{use.line}: "
     through = f" via {use.via}" if use.via else ""
+    if use.capability == DYNAMIC:
+        why = "cannot be checked against the policy; call what the tool needs by name"
+    else:
+        why = f"is not granted by the policy; {_NEEDS[use.capability]} or remove the call"
     return Finding(SEVERITY, _RULE_IDS[use.capability], tool,
-                   f"{where}{what}{through} is not granted by the policy; "
-                   f"{_NEEDS[use.capability]} or remove the call", line=use.line)
+                   f"{shown}:{use.line}: {what}{through} {why}", line=use.line)
 
 
 def lint_module(path_or_name: str) -> list[Finding]:
