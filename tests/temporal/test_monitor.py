@@ -14,9 +14,7 @@ from callgate.temporal import Monitor, Violation, compile_behavior
 
 
 def _monitor(rule: str, enforce: str = "block") -> Monitor:
-    return compile_behavior(
-        [BehaviorStatement(id="s", rule=rule, enforce=enforce)]  # type: ignore[arg-type]
-    ).monitor()
+    return compile_behavior([BehaviorStatement(id="s", rule=rule, enforce=enforce)]).monitor()
 
 
 def _ev(action: str, status: str = "ok", output: str = "", **args: Any) -> Event:

@@ -8,6 +8,7 @@ import pytest
 
 from callgate._errors import TemporalError
 from callgate._loader import parse_policy
+from callgate._model import Event
 from callgate._policy import BehaviorStatement
 from callgate.temporal import compile_behavior, parse_statement
 from callgate.temporal import nodes as n
@@ -141,3 +142,16 @@ def test_errors_in_a_folded_yaml_rule_name_the_file_position(tmp_path: Path) -> 
     places = {(p.line, p.column) for p in caught.value.problems}
     # The atoms "transform = $x" (line 5, column 40) and "target = $y" (line 6, column 45).
     assert places == {(5, 40), (6, 45)}
+
+
+def test_deep_nesting_is_an_error_not_a_crash() -> None:
+    deep = "always(" + "not (" * 500 + "action = a" + ")" * 501
+    assert "nests deeper than 64 levels" in str(_error(deep))
+    assert "nests deeper than 64 levels" in str(_error("abs(" + "(" * 100 + "action = a"))
+    # 30 levels are fine, and both engines handle them (an even number of nots: "action = a").
+    rule = "always(" + "not (" * 30 + "action = a" + ")" * 31
+    behavior = compile_behavior([BehaviorStatement(id="deep", rule=rule)])
+    trace = [Event(action="a"), Event(action="b")]
+    for engine in ("incremental", "smt"):
+        found = behavior.check_trace(trace, engine=engine)  # type: ignore[arg-type]
+        assert [v.events for v in found] == [(2,)]

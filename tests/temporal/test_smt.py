@@ -7,12 +7,13 @@ from pathlib import Path
 from callgate._model import Event
 from callgate._policy import BehaviorStatement
 from callgate.temporal import compile_behavior
+from callgate.temporal.monitor import CompiledStatement
 from callgate.temporal.smt import check_statement
 
 SRC = Path(__file__).parent.parent.parent / "src" / "callgate"
 
 
-def _statement(rule: str):  # type: ignore[no-untyped-def]
+def _statement(rule: str) -> CompiledStatement:
     return compile_behavior([BehaviorStatement(id="s", rule=rule)]).statements[0]
 
 

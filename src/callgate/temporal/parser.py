@@ -32,6 +32,9 @@ _RESERVED = frozenset({"and", "or", "not", "in"})
 _STATUSES = ("ok", "error", "denied")
 _COMPARE = frozenset({">", ">=", "<", "<="})
 _T = TypeVar("_T")
+#: Deepest nesting of parentheses, ``not``, ``once`` and ``eventually`` a rule may use; the
+#: parser and both engines recurse over the tree, so the depth is bounded up front.
+MAX_NESTING = 64
 
 
 def parse_statement(
@@ -57,6 +60,16 @@ class _Parser:
         self._placer = placer
         self._tokens = tokenize(text, placer)
         self._i = 0
+        self._depth = 0
+
+    def _enter(self) -> None:
+        self._depth += 1
+        if self._depth > MAX_NESTING:
+            pos = self._pos(self._peek())
+            raise TemporalError(
+                [Problem(f"rule nests deeper than {MAX_NESTING} levels", pos.source, pos.line,
+                         pos.column)]
+            )
 
     # -- token helpers ------------------------------------------------------------------
     def _peek(self, ahead: int = 0) -> Token:
@@ -141,7 +154,9 @@ class _Parser:
     def _conjunct(self) -> list[n.Atom]:
         if self._at("("):
             self._next()
+            self._enter()
             inner = self._pattern()
+            self._depth -= 1
             self._expect(")")
             return list(inner.atoms)
         return [self._atom()]
@@ -169,6 +184,13 @@ class _Parser:
         return parts[0] if len(parts) == 1 else n.And(tuple(parts), self._pos(start))
 
     def _unary(self) -> n.Body:
+        self._enter()
+        try:
+            return self._unary_inner()
+        finally:
+            self._depth -= 1
+
+    def _unary_inner(self) -> n.Body:
         token = self._peek()
         pos = self._pos(token)
         if self._at("not"):
