@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from callgate import Capability, Policy, Principal, Rule, ToolPolicy
 from callgate.manifest import ManifestError, build_manifest, verify_manifest
@@ -279,3 +281,37 @@ def test_malformed_manifest_is_an_error_not_a_pass() -> None:
     broken = {**good, "tools": {"t": {"risk": "medium"}}}
     with pytest.raises(ManifestError, match="unexpected shape"):
         verify_manifest(good, broken)
+
+
+GLOBS = st.lists(st.sampled_from(["/srv/a/**", "/srv/*.txt", "./out/**", "~/x/*", "/**"]),
+                 max_size=3)
+TOOL_SPECS = st.fixed_dictionaries({}, optional={
+    "risk": st.sampled_from(["low", "medium", "high", "critical"]),
+    "filesystem": st.fixed_dictionaries({}, optional={"read": GLOBS, "write": GLOBS}),
+    "network": st.sampled_from(["deny", "allow"]),
+    "environment": st.one_of(st.just("deny"), st.fixed_dictionaries(
+        {"allow": st.lists(st.sampled_from(["HOME", "PATH"]), max_size=2)})),
+    "exec": st.sampled_from(["deny", "allow"]),
+    "constraints": st.fixed_dictionaries({}, optional={
+        "max_invocations": st.integers(0, 5), "forbidden": st.booleans(),
+        "only_after": st.lists(st.sampled_from(["a", "b"]), max_size=2)}),
+    "limits": st.fixed_dictionaries({}, optional={"cpu_seconds": st.integers(1, 9)}),
+})
+
+
+@given(specs=st.dictionaries(st.sampled_from(["a", "b", "c"]), TOOL_SPECS, max_size=3))
+def test_a_manifest_never_widens_itself(specs: dict[str, dict[str, Any]]) -> None:
+    manifest = tool_manifest(**specs)
+    assert verify_manifest(manifest, manifest) == []
+
+
+@given(old=TOOL_SPECS, new=TOOL_SPECS)
+def test_an_unreported_change_back_and_forth_means_nothing_changed_that_matters(
+        old: dict[str, Any], new: dict[str, Any]) -> None:
+    # If neither direction widens, the two declarations admit the same: only order, duplicates
+    # or equivalent spellings differ, so the manifests' stances agree exactly.
+    forward, backward = rule_ids(old, new), rule_ids(new, old)
+    if not forward and not backward:
+        a, b = tool_manifest(t=old)["tools"]["t"], tool_manifest(t=new)["tools"]["t"]
+        for key in ("risk", "network", "exec", "constraints", "limits"):
+            assert a[key] == b[key]

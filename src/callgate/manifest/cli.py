@@ -125,7 +125,7 @@ def lint_tools_command(module: str) -> None:
 
 @click.group(name="callgate-manifest")
 def standalone() -> None:
-    """Manifest and declare-vs-do checks (``python -m callgate.manifest``)."""
+    """Manifest and declare-vs-do checks, as python -m callgate.manifest."""
 
 
 standalone.add_command(generate)
