@@ -168,3 +168,23 @@ def test_signature_lists_actions_argument_names_and_values() -> None:
     assert sig["outputs"] == ["sent"]
     text = format_signature(sig)
     assert "rm(" in text and "paths: \"a\", \"b\"" in text
+
+
+def test_signature_option_adds_a_signature_flag_to_a_click_command(tmp_path: Path) -> None:
+    import click
+    from click.testing import CliRunner
+
+    from callgate.abstraction import signature_option
+
+    @click.command()
+    @click.argument("trace")
+    @signature_option
+    def check(trace: str, show_signature: bool) -> None:
+        if show_signature:
+            click.echo(format_signature(signature(load_raw_trace(trace))))
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"tool": "Bash", "parameters": {"command": "rm -rf x"}}) + "\n")
+    result = CliRunner().invoke(check, [str(path), "--signature"])
+    assert result.exit_code == 0
+    assert "rm(" in result.output and 'paths: "x"' in result.output

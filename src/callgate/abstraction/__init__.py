@@ -11,9 +11,15 @@ from __future__ import annotations
 from callgate.abstraction._abstractor import Abstractor
 from callgate.abstraction._agentdojo import TOOL_SOURCES, abstract_agentdojo_run, tool_source
 from callgate.abstraction._catalog import Catalog, default_catalog, ground_words
-from callgate.abstraction._shell import Redirect, ShellCommand, parse_commands
+from callgate.abstraction._shell import Redirect, ShellCommand
+from callgate.abstraction._shell import parse_commands as _parse_commands
 from callgate.abstraction._tools import CLAUDE_CODE_TOOLS
-from callgate.abstraction._trace import format_signature, load_raw_trace, signature
+from callgate.abstraction._trace import (
+    format_signature,
+    load_raw_trace,
+    signature,
+    signature_option,
+)
 
 
 def abstract_shell(command: str) -> list[ShellCommand]:
@@ -21,7 +27,7 @@ def abstract_shell(command: str) -> list[ShellCommand]:
 
     Never raises: a line that does not parse gives commands carrying ``parse_error``.
     """
-    return parse_commands(command)
+    return _parse_commands(command)
 
 
 __all__ = [
@@ -38,5 +44,6 @@ __all__ = [
     "ground_words",
     "load_raw_trace",
     "signature",
+    "signature_option",
     "tool_source",
 ]

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import click
 
 from callgate._errors import Problem, TraceError
 from callgate._model import Event
 from callgate.abstraction._abstractor import Abstractor
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: Values shown per argument name by ``format_signature``.
 SHOWN_VALUES = 8
@@ -112,3 +116,15 @@ def format_signature(sig: Mapping[str, Any]) -> str:
     lines.append(f"outputs: {len(sig.get('outputs', []))} distinct")
     lines.append(f"taint: {', '.join(sig.get('taint', [])) or 'none'}")
     return "\n".join(lines)
+
+
+def signature_option(command: _F) -> _F:
+    """The ``--signature`` flag for ``callgate check``: print the trace's Σ and exit."""
+    option = click.option(
+        "--signature",
+        "show_signature",
+        is_flag=True,
+        default=False,
+        help="Print the trace's vocabulary (actions, argument names, values) and exit.",
+    )
+    return option(command)

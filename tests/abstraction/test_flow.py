@@ -1,0 +1,71 @@
+"""Value flow index: exact verbatim matches found, cheap lookups, bounded memory."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from callgate import ToolCall
+from callgate.abstraction import Abstractor, ground_words
+from callgate.abstraction._flow import MIN_VALUE_CHARS, FlowIndex
+
+_WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=3, max_size=10)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_WORD, min_size=2, max_size=6), st.lists(_WORD, max_size=30),
+       st.integers(min_value=0, max_value=30))
+def test_a_value_copied_verbatim_into_an_output_is_always_found(
+    value_words: list[str], noise: list[str], at: int
+) -> None:
+    value = "-".join(value_words)
+    words = list(noise)
+    words.insert(min(at, len(words)), value)
+    index = FlowIndex()
+    index.add(1, "unrelated text here", frozenset())
+    index.add(2, " ".join(words), frozenset({"web"}))
+    assert (2, frozenset({"web"})) in index.sources(value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=40), st.text(max_size=200))
+def test_a_reported_source_really_contains_the_value(value: str, output: str) -> None:
+    index = FlowIndex()
+    index.add(5, output, frozenset({"email"}))
+    for seq, _ in index.sources(value):
+        assert seq == 5
+        assert value.strip() in output
+
+
+def test_values_shorter_than_the_minimum_never_flow() -> None:
+    index = FlowIndex()
+    index.add(1, "abcde abcde abcde", frozenset({"web"}))
+    assert index.sources("abcde") == []
+    assert MIN_VALUE_CHARS == 6
+
+
+def test_the_index_budget_drops_the_oldest_outputs() -> None:
+    index = FlowIndex(budget_chars=100)
+    index.add(1, "first-output-token " * 4, frozenset())
+    index.add(2, "second-output-token " * 4, frozenset())
+    assert index.sources("first-output-token") == []
+    assert index.sources("second-output-token") == [(2, frozenset())]
+
+
+def test_a_kernel_tool_call_dump_abstracts_with_its_taint() -> None:
+    call = ToolCall(tool="fetch", tool_class="http", action="get",
+                    parameters={"url": "https://a.io/x"}, taint=({"source": "email"},))
+    [event] = Abstractor().abstract(call.model_dump())
+    assert event.action == "fetch"
+    assert event.args["tool_class"] == "http" and event.args["tool_action"] == "get"
+    assert event.args["host"] == "a.io"
+    assert event.taint == {"email", "web"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=12), min_size=1, max_size=12))
+def test_grounding_any_words_never_raises(words: list[str]) -> None:
+    for program in ("curl", "tar", "git", "find", "python", words[0] or "x"):
+        action, args = ground_words([program, *words])
+        assert action
+        assert isinstance(args["flags"], list) and isinstance(args["positionals"], list)
