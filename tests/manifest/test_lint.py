@@ -173,6 +173,48 @@ def test_helper_functions_in_the_module_are_followed(tmp_path: Path) -> None:
     assert "via _outer -> _inner (line 8)" in findings[0].message
 
 
+def test_mutually_recursive_helpers_are_followed_from_every_tool(tmp_path: Path) -> None:
+    findings = lint_source(tmp_path, """
+        import subprocess
+
+        def _ping(n):
+            return _pong(n - 1) if n else 0
+
+        def _pong(n):
+            subprocess.run(["true"])
+            return _ping(n)
+
+        @declare(ToolPolicy(), name="first")
+        def first() -> int:
+            return _ping(3)
+
+        @declare(ToolPolicy(), name="second")
+        def second() -> int:
+            return _pong(3)
+    """)
+    assert sorted((f.tool, f.rule_id) for f in findings) == [("first", "lint.exec"),
+                                                              ("second", "lint.exec")]
+
+
+def test_methods_of_a_class_built_by_the_tool_are_followed(tmp_path: Path) -> None:
+    findings = lint_source(tmp_path, """
+        import shutil
+
+        class Archive:
+            def __init__(self, root):
+                self.root = root
+
+            def pack(self):
+                shutil.make_archive(self.root, "zip")
+
+        @declare(ToolPolicy(filesystem={"read": ["./**"]}))
+        def archive(root: str) -> None:
+            Archive(root).pack()
+    """)
+    assert [f.rule_id for f in findings] == ["lint.filesystem.write"]
+    assert "via Archive (line 12)" in findings[0].message
+
+
 def test_helper_passed_as_a_callback_is_followed(tmp_path: Path) -> None:
     findings = lint_source(tmp_path, """
         import subprocess

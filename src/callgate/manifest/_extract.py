@@ -8,16 +8,17 @@ environment (``os.environ``, ``os.getenv``), with the variable's name when it is
 
 Names are followed through ``import x as y``, ``from x import y as z`` and module-level
 assignments (``run = subprocess.run``); a reference counts as a use even when it is not called
-there (``fn = os.system``). Calls to functions defined in the same module are followed. What is
-invisible: ``getattr`` with computed names, ``eval``, calls into other modules' helpers; the OS
-sandbox covers that residue.
+there (``fn = os.system``). Functions and classes defined in the same module are followed.
+``eval``, ``exec``, dynamic imports and ``getattr`` on a capability module are reported as
+``dynamic`` uses (nothing can be proved about them). Invisible: helpers in other modules and
+methods of objects of unknown type; the OS sandbox covers that residue.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
-from collections.abc import Iterator
+from collections import deque
 from dataclasses import dataclass
 
 FS_READ, FS_WRITE, EXEC, NETWORK, ENVIRONMENT = "fs.read", "fs.write", "exec", "network", "env"
@@ -269,37 +270,55 @@ def _is_pathish(node: ast.expr, paths: set[str], names: dict[str, str]) -> bool:
 
 
 class ModuleUses:
-    """The uses of every module-level function in one module, helpers followed."""
+    """The uses of every module-level function in one module, helpers followed.
+
+    A helper is a module-level function, or a module-level class (all of whose methods count,
+    since constructing it may lead to any of them). The call graph is walked breadth-first with
+    a visited set, so recursion and shared helpers are followed exactly once per tool.
+    """
 
     def __init__(self, tree: ast.Module) -> None:
         self.names = aliases_of(tree)
         self.functions = {n.name: n for n in tree.body
                           if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
-        self._cache: dict[str, list[Use]] = {}
-        self._active: set[str] = set()
+        self.classes = {n.name: [m for m in n.body
+                                 if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)]
+                        for n in tree.body if isinstance(n, ast.ClassDef)}
+        self._callables = frozenset(self.functions) | frozenset(self.classes)
+        self._direct: dict[str, tuple[list[Use], list[tuple[str, int]]]] = {}
+
+    def direct(self, name: str) -> tuple[list[Use], list[tuple[str, int]]]:
+        """The uses in one function's (or class's) own body, and the helpers it refers to."""
+        if name not in self._direct:
+            bodies = self.classes[name] if name in self.classes else [self.functions[name]]
+            uses: list[Use] = []
+            calls: list[tuple[str, int]] = []
+            for fn in bodies:
+                visitor = _BodyVisitor(self.names, self._callables, fn)
+                for stmt in fn.body:
+                    visitor.visit(stmt)
+                uses += visitor.uses
+                calls += visitor.calls
+            self._direct[name] = (uses, calls)
+        return self._direct[name]
 
     def uses(self, function: str) -> list[Use]:
-        """Every use in ``function``'s body and in the same-module functions it calls."""
-        if function in self._cache:
-            return self._cache[function]
-        if function in self._active:  # recursion: the first visit collects everything
-            return []
-        self._active.add(function)
-        try:
-            found = list(self._collect(function))
-        finally:
-            self._active.discard(function)
-        self._cache[function] = found
-        return found
+        """Every use in ``function``'s body and in the same-module helpers it reaches.
 
-    def _collect(self, function: str) -> Iterator[Use]:
-        fn = self.functions[function]
-        visitor = _BodyVisitor(self.names, frozenset(self.functions), fn)
-        for stmt in fn.body:
-            visitor.visit(stmt)
-        yield from visitor.uses
-        for helper, line in visitor.calls:
-            for use in self.uses(helper):
-                via = f"{helper} (line {use.line})" if use.via is None else \
-                    f"{helper} -> {use.via}"
-                yield Use(use.capability, line, use.what, use.variable, via)
+        A helper's use is reported at the line of ``function`` that leads to it, with the chain
+        of helpers in ``via``.
+        """
+        found, calls = self.direct(function)
+        found = list(found)
+        seen = {function}
+        queue = deque((helper, line, helper) for helper, line in calls)
+        while queue:
+            helper, line, chain = queue.popleft()
+            if helper in seen:
+                continue
+            seen.add(helper)
+            helper_uses, helper_calls = self.direct(helper)
+            found += [Use(u.capability, line, u.what, u.variable, f"{chain} (line {u.line})")
+                      for u in helper_uses]
+            queue.extend((nxt, line, f"{chain} -> {nxt}") for nxt, _ in helper_calls)
+        return found
