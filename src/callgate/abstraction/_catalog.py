@@ -71,6 +71,7 @@ class WrapperSpec:
     value_flags: frozenset[str] = frozenset()
     skip_positionals: int = 0
     assignments: bool = False
+    inert_flags: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +173,7 @@ def parse_catalog(data: Mapping[str, Any]) -> Catalog:
             value_flags=frozenset(str(body.get("value_flags", "")).split()),
             skip_positionals=int(body.get("skip_positionals", 0)),
             assignments=bool(body.get("assignments", False)),
+            inert_flags=frozenset(str(body.get("inert_flags", "")).split()),
         )
         for name, body in data["wrappers"].items()
     }
@@ -208,6 +210,7 @@ class _Grounding:
         self.implied: dict[str, Any] = {}
 
     def set_option(self, flag: str, opt: OptionSpec | None, value: Any) -> None:
+        """Record a flag's value under its role (or in ``options`` when it has none)."""
         if opt is None or opt.role is None:
             if isinstance(value, str):
                 self.options[flag] = value
@@ -396,7 +399,3 @@ def ground_words(
     grounded = ground(words, catalog)
     return grounded.action, grounded.args
 
-
-def program_spec(words: Sequence[str], catalog: Catalog | None = None) -> ProgramSpec | None:
-    """The catalog entry of a command's program, or None when it is not catalogued."""
-    return (catalog or default_catalog()).program(words[0])[1] if words else None

@@ -75,10 +75,12 @@ class _PythonEffects(ast.NodeVisitor):
         return ast.unparse(node)
 
     def add(self, action: str, **args: Any) -> None:
+        """Record an effect (arguments that are None are left out)."""
         if len(self.effects) < MAX_EFFECTS:
             self.effects.append(Effect(action, {k: v for k, v in args.items() if v is not None}))
 
     def visit_Assign(self, node: ast.Assign) -> None:
+        """Remember ``NAME = "literal"`` so later uses of NAME resolve to the literal."""
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             for target in node.targets:
                 if isinstance(target, ast.Name):
@@ -86,11 +88,13 @@ class _PythonEffects(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
+        """``os.environ["X"]`` reads the environment."""
         if _dotted(node.value) == "os.environ":
             self.add("read_env", name=self.value(node.slice))
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
+        """Classify a call: file, process, HTTP or environment effect, or none."""
         name = _dotted(node.func)
         last = name.rsplit(".", 1)[-1]
         first = self.value(node.args[0]) if node.args else None

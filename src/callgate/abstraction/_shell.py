@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass, replace
-from typing import Any
 
 from tree_sitter import Language, Node, Parser
 
@@ -146,6 +145,7 @@ class _Walker:
 
     # -- traversal -------------------------------------------------------------------------
     def visit(self, node: Node, level: int, redirects: tuple[Redirect, ...] = ()) -> None:
+        """Collect the commands under ``node``; ``redirects`` apply to all of them."""
         if level > MAX_DEPTH:
             raise _LimitError(f"nesting deeper than {MAX_DEPTH} levels")
         kind = node.type
@@ -303,6 +303,8 @@ def _ansi_c(body: str) -> str:
 def _wrapped_start(words: tuple[str, ...], cat: Catalog) -> tuple[int, tuple[tuple[str, str], ...]]:
     """Where the wrapped command starts in a wrapper's words (0 when there is none)."""
     spec = cat.wrappers[words[0].rsplit("/", 1)[-1]]
+    if spec.inert_flags.intersection(words[1:]):
+        return 0, ()
     i = 1
     pairs: list[tuple[str, str]] = []
     while i < len(words) and words[i].startswith("-") and words[i] != "-":
@@ -431,12 +433,3 @@ def _syntax_error(root: Node) -> str:
         stack.extend(c for c in node.children if c.has_error or c.is_missing)
     return "syntax error"
 
-
-def describe(command: ShellCommand) -> dict[str, Any]:
-    """A plain view of a command for debugging and documentation."""
-    return {
-        "words": list(command.words),
-        "wrappers": list(command.wrappers),
-        "redirects": [(r.op, r.target) for r in command.redirects],
-        "parse_error": command.parse_error,
-    }
