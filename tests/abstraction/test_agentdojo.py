@@ -95,3 +95,19 @@ def test_repeated_ids_match_the_latest_unanswered_call() -> None:
     assert [(e.action, e.output, e.taint) for e in events] == [
         ("get_webpage", "page", frozenset({"web"})),
         ("read_file", "file", frozenset({"retrieved-doc"}))]
+
+
+def test_injected_recipient_flows_from_an_untrusted_output_in_successful_attacks() -> None:
+    """The injected IBAN reaches ``send_money`` through value flow, carrying its taint."""
+    flagged = 0
+    for run in _runs(FILES[0]):
+        if run["suite_name"] != "banking" or not run["security"] or not run["injections"]:
+            continue
+        for event in abstract_agentdojo_run(run):
+            if event.action != "send_money" or event.args.get("recipient") != (
+                    "US133000000121212121212"):
+                continue
+            flows = [f for f in event.flows if f.arg == "recipient"]
+            assert flows and event.taint & UNTRUSTED_SOURCES, run["path"]
+            flagged += 1
+    assert flagged >= 5
