@@ -57,7 +57,7 @@ def test_generate_writes_yaml_by_extension_and_verify_passes_against_itself(
     baseline = tmp_path / "manifest.yaml"
     done = run("generate", str(policy), "--out", str(baseline))
     assert done.returncode == 0, done.stderr
-    assert baseline.read_text().startswith("callgate_manifest: 1\n")
+    assert "\ncallgate_manifest: 1\n" in baseline.read_text()
     check = run("verify", "--baseline", str(baseline), str(policy))
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout == ""

@@ -315,3 +315,37 @@ def test_an_unreported_change_back_and_forth_means_nothing_changed_that_matters(
         a, b = tool_manifest(t=old)["tools"]["t"], tool_manifest(t=new)["tools"]["t"]
         for key in ("risk", "network", "exec", "constraints", "limits"):
             assert a[key] == b[key]
+
+
+def behaviour_manifest(statements: list[dict[str, str]], **run_state: Any) -> dict[str, Any]:
+    policy = Policy.model_validate({"name": "p", "version": 1, "behavior": statements,
+                                    "run_state": run_state})
+    return build_manifest(policy, {})
+
+
+NO_SEND = {"id": "no-send", "rule": "abs(send_email)", "enforce": "block"}
+
+
+@pytest.mark.parametrize(("wide", "rule", "narrow"), [
+    ([], "behavior.removed", [NO_SEND, {"id": "more", "rule": "abs(delete)"}]),
+    ([{**NO_SEND, "rule": "abs(send_sms)"}], "behavior.changed", [NO_SEND]),
+    ([{**NO_SEND, "enforce": "alert"}], "behavior.loosened", [NO_SEND]),
+], ids=["removed", "rewritten", "alert-only"])
+def test_behaviour_statement_weakened_is_reported(wide: list[dict[str, str]], rule: str,
+                                                  narrow: list[dict[str, str]]) -> None:
+    base = behaviour_manifest([NO_SEND])
+    assert policy_ids(base, behaviour_manifest(wide)) == [rule]
+    assert policy_ids(base, behaviour_manifest(narrow)) == []
+    assert policy_ids(behaviour_manifest([{**NO_SEND, "enforce": "alert"}]), base) == []
+
+
+def test_run_state_loosened_is_reported_and_tightened_passes() -> None:
+    base = behaviour_manifest([], quarantine_after_denials=5, window=20)
+    loose = behaviour_manifest([], quarantine_after_denials=9, window=5, behavioral_rules=False)
+    assert [str(f) for f in verify_manifest(base, loose)] == [
+        "[high] run_state.loosened run_state: quarantine_after_denials raised from 5 to 9",
+        "[high] run_state.loosened run_state: behavioral_rules turned off",
+        "[high] run_state.loosened run_state: window shrunk from 20 to 5",
+    ]
+    tight = behaviour_manifest([], quarantine_after_denials=2, window=50)
+    assert verify_manifest(base, tight) == []

@@ -151,7 +151,7 @@ def _rule(rule: Rule) -> dict[str, Any]:
 
 
 def build_manifest(policy: Policy | None, tools: Mapping[str, ToolPolicy]) -> dict[str, Any]:
-    """The manifest of ``policy`` (its principal, rules and tools) plus ``tools``.
+    """The manifest of ``policy`` (principal, rules, tools, run state, behaviour) plus ``tools``.
 
     A tool named both in ``policy.tools`` and in ``tools`` must be declared identically;
     otherwise ``ManifestError`` (the runtime refuses such a redeclaration too). Rules appear in
@@ -177,6 +177,10 @@ def build_manifest(policy: Policy | None, tools: Mapping[str, ToolPolicy]) -> di
         },
         "rules": [_rule(r) for _, r in ordered],
         "tools": {name: tool_entry(merged[name]) for name in sorted(merged)},
+        "run_state": None if policy is None else policy.run_state.model_dump(mode="json"),
+        "behavior": [] if policy is None else [
+            {"id": b.id, "rule": b.rule, "enforce": b.enforce}
+            for b in sorted(policy.behavior, key=lambda b: b.id)],
     }
     redacted: dict[str, Any] = _redact_all(document)
     return redacted

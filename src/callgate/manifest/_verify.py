@@ -314,6 +314,42 @@ def _compare_rules(old: list[Mapping[str, Any]], new: list[Mapping[str, Any]]) -
     return found + _reorderings(old, new)
 
 
+def _compare_run_state(old: Mapping[str, Any] | None,
+                       new: Mapping[str, Any] | None) -> list[Finding]:
+    if old is None or new is None:
+        return []  # no policy on one side: no run-state settings to compare
+    why: list[str] = []
+    if new["quarantine_after_denials"] > old["quarantine_after_denials"]:
+        why.append(f"quarantine_after_denials raised from {old['quarantine_after_denials']} to "
+                   f"{new['quarantine_after_denials']}")
+    if old["behavioral_rules"] and not new["behavioral_rules"]:
+        why.append("behavioral_rules turned off")
+    if new["window"] < old["window"]:
+        why.append(f"window shrunk from {old['window']} to {new['window']}")
+    return [Finding(POLICY_SEVERITY, "run_state.loosened", "run_state", w) for w in why]
+
+
+def _compare_behavior(old: list[Mapping[str, Any]],
+                      new: list[Mapping[str, Any]]) -> list[Finding]:
+    after = {b["id"]: b for b in new}
+    found: list[Finding] = []
+    for statement in old:
+        subject = f"behavior:{statement['id']}"
+        current = after.get(statement["id"])
+        if current is None:
+            found.append(Finding(POLICY_SEVERITY, "behavior.removed", subject,
+                                 "behavioural statement removed"))
+            continue
+        if current["rule"] != statement["rule"]:
+            found.append(Finding(POLICY_SEVERITY, "behavior.changed", subject,
+                                 "statement rewritten (not provably as strict)"))
+        before_mode, mode = statement["enforce"], current["enforce"]
+        if before_mode not in (mode, "alert"):
+            found.append(Finding(POLICY_SEVERITY, "behavior.loosened", subject,
+                                 f"enforce changed from {before_mode} to {mode}"))
+    return found
+
+
 def _compare(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[Finding]:
     found: list[Finding] = []
     old_tools, new_tools = baseline["tools"], current["tools"]
@@ -327,6 +363,9 @@ def _compare(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[Fi
     found.extend(_compare_principal(baseline.get("principal"), current.get("principal")))
     found.extend(_compare_rules(list(baseline.get("rules") or []),
                                 list(current.get("rules") or [])))
+    found.extend(_compare_run_state(baseline.get("run_state"), current.get("run_state")))
+    found.extend(_compare_behavior(list(baseline.get("behavior") or []),
+                                   list(current.get("behavior") or [])))
     return found
 
 
