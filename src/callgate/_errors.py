@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from callgate._model import Decision
+    from callgate._model import Decision, ToolResult
 
 
 class CallgateError(Exception):
@@ -79,8 +79,13 @@ class ExecutorError(CallgateError):
 
 
 class Denied(CallgateError):  # noqa: N818 - reads as "callgate.Denied", a verdict
-    """A mediated call was denied; ``decision`` says why."""
+    """A mediated call was denied; ``decision`` says why.
 
-    def __init__(self, decision: Decision) -> None:
+    ``result`` is set when the call ran and was stopped while running (by the OS sandbox or an
+    executor's own protection): it holds what the call produced before it was stopped.
+    """
+
+    def __init__(self, decision: Decision, result: ToolResult | None = None) -> None:
         self.decision = decision
+        self.result = result
         super().__init__(decision.summary())

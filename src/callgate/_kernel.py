@@ -43,6 +43,8 @@ from callgate._taint import TaintTracker, is_untrusted
 from callgate._toolpolicy import check_stance, check_usage
 from callgate._tools import tool_decorator
 from callgate.audit import AuditStore
+from callgate.sandbox import BackendName
+from callgate.sandbox.executor import SubprocessExecutor
 
 log = logging.getLogger("callgate")
 
@@ -448,7 +450,35 @@ class Kernel:
             self._completed[call.tool] += 1
         if self._audit is not None:
             self._audit.record_result(self.run_id, result)
+        if status == "denied":
+            raise Denied(self._stopped_while_running(call, result), result)
         return result
+
+    def _stopped_while_running(self, call: ToolCall, result: ToolResult) -> Decision:
+        # The sandbox or an executor's own protection stopped the call: that is a denial, audited
+        # and counted like any other, not a successful call with an error string.
+        text = result.error or "executor.denied: stopped while running"
+        rid, _, message = text.partition(": ")
+        check = "sandbox" if rid.startswith("sandbox.") else "executor"
+        decision = Decision(verdict="deny", call_id=call.id, reasons=(
+            Reason(id=rid, check=check, message=message or rid),))
+        decision = self._audit_decision(call, decision)
+        self._after_deny(decision, call.tool_class, call.sequence)
+        return decision
+
+    def run_subprocess(self, tool: str, argv: list[str], *, stdin: bytes | None = None,
+                       backend: BackendName = "auto", allow_unconfined: bool = False) -> ToolResult:
+        """Run a declared subprocess tool (a ``shell``-class ``exec`` call) in its OS sandbox.
+
+        Raises ``Denied`` when the kernel denies the call or the sandbox stopped it while
+        running (then ``Denied.result`` holds its output).
+        """
+        executor = SubprocessExecutor(self._tools.get(tool), working_dir=self.working_dir,
+                                      backend=backend, allow_unconfined=allow_unconfined,
+                                      stdin=stdin)
+        call = {"tool": tool, "tool_class": "shell", "action": "exec",
+                "parameters": {"argv": list(argv)}}
+        return self.execute(call, executor=executor)
 
     def _record_system(self, kind: str, payload: Mapping[str, Any]) -> None:
         if self._audit is not None:

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import click
 
-from callgate._errors import CallgateError, PolicyError
+from callgate._errors import CallgateError, Denied, PolicyError
 from callgate._kernel import Kernel
 from callgate._loader import LoadedPolicy, load_policy
 from callgate._model import Decision
@@ -104,6 +104,53 @@ def decide(policy: str | None, preset: str | None, audit_db: str | None,
             else:
                 out = decision_json(kernel.check(item))
             click.echo(json.dumps(out, sort_keys=True))
+
+
+@main.command("exec", context_settings={"ignore_unknown_options": True})
+@_policy_option
+@_preset_option
+@click.option("--tool", required=True, help="The subprocess tool declared under tools:.")
+@click.option("--audit", "audit_db", type=click.Path(dir_okay=False), help="SQLite audit log.")
+@click.option("--backend", type=click.Choice(["auto", "bwrap", "firejail"]), default="auto")
+@click.option("--unconfined", is_flag=True,
+              help="Run without an OS sandbox when none is usable (warned about on every run).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(policy: str | None, preset: str | None, tool: str, audit_db: str | None, backend: str,
+          unconfined: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND as a declared subprocess tool, through the kernel and its OS sandbox.
+
+    The tool's output passes through; the exit status is the command's, or 126 when the kernel
+    denied the call or the sandbox stopped it.
+    """
+    loaded = load_cli_policy(policy, preset)
+    try:
+        kernel = Kernel(loaded, audit=audit_db)
+    except CallgateError as exc:
+        _fail(f"error: {exc}")
+    with kernel:
+        try:
+            result = kernel.run_subprocess(tool, list(command), backend=backend,  # type: ignore[arg-type]
+                                           allow_unconfined=unconfined)
+        except Denied as denied:
+            if denied.result is not None:
+                _pass_through(denied.result.output)
+            click.echo(f"callgate: {denied.decision.summary()}", err=True)
+            sys.exit(DENIED_EXIT)
+    _pass_through(result.output)
+    code = result.output.get("exit_code") if isinstance(result.output, dict) else None
+    sys.exit(code if isinstance(code, int) else 1)
+
+
+#: Exit status of ``callgate exec`` when the call was denied or confined.
+DENIED_EXIT = 126
+
+
+def _pass_through(output: Any) -> None:
+    if isinstance(output, dict):
+        sys.stdout.write(str(output.get("stdout", "")))
+        sys.stdout.flush()
+        sys.stderr.write(str(output.get("stderr", "")))
+        sys.stderr.flush()
 
 
 @main.group()
