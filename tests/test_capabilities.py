@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.test_kernel import call, reason_ids
 
 from callgate import CapabilityConstraints, Denied
 from callgate._capabilities import CapabilityToken
 from callgate._kernel import Kernel
 from callgate._loader import parse_policy
+from tests.test_kernel import call, reason_ids
 
 POLICY = parse_policy("""\
 name: tokens

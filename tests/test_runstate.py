@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.test_kernel import call, reason_ids
 
 from callgate import Denied, _runstate
 from callgate._kernel import Kernel
 from callgate._loader import LoadedPolicy, parse_policy
+from tests.test_kernel import call, reason_ids
 
 OPEN = parse_policy("""\
 name: open
