@@ -251,3 +251,9 @@ def test_an_edited_module_is_judged_as_it_is_now(tmp_path: Path) -> None:
     assert manifest_of(str(module))["tools"]["run"]["exec"] == "deny"
     module.write_text(source.format("allow"))
     assert manifest_of(str(module))["tools"]["run"]["exec"] == "allow"
+
+
+def test_names_that_collide_after_redaction_are_refused_not_merged() -> None:
+    tools = {"fetch?token=a": ToolPolicy(), "fetch?token=b": ToolPolicy(exec="allow")}
+    with pytest.raises(ManifestError, match="same once secrets are redacted"):
+        build_manifest(None, tools)

@@ -65,7 +65,12 @@ def _redact_all(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {redact(str(k)): _redact_all(v) for k, v in value.items()}
+        out = {redact(str(k)): _redact_all(v) for k, v in value.items()}
+        if len(out) != len(value):
+            # Two names that differ only in a secret would merge and hide one entry.
+            raise ManifestError("two names become the same once secrets are redacted: "
+                                f"{sorted(set(out) - set(value))}")
+        return out
     if isinstance(value, list | tuple):
         return [_redact_all(v) for v in value]
     return value
