@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from callgate import Decision, Denied, ToolCall
+from callgate import Decision, Denied, Reason, ToolCall, ToolResult
 from callgate._kernel import Kernel
 from callgate._loader import LoadedPolicy, parse_policy
 
@@ -237,3 +237,33 @@ def test_check_reports_require_approval_without_consulting_the_handler(
                approval_handler=lambda c, d: bool(asked.append(1)))
     assert k.check(call("file", "write", path="./out/r.md")).verdict == "require-approval"
     assert asked == []
+
+
+class SecretWordGuard:
+    """A test guard: denies any call whose parameters mention a word seen in an earlier output."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.observed: list[str] = []
+
+    def check(self, c: ToolCall, taint: frozenset[str]) -> Reason | None:
+        text = str(c.parameters)
+        if any(word in text for word in self.seen):
+            return Reason(id="guard.secret-word", check="guard", message="a secret word leaves")
+        return None
+
+    def observe(self, c: ToolCall, result: ToolResult | None) -> None:
+        self.observed.append(c.tool)
+        if result is not None and isinstance(result.output, str):
+            self.seen.update(result.output.split())
+
+
+def test_guards_see_calls_and_results_and_can_deny(example_policy: LoadedPolicy,
+                                                   workdir: Path) -> None:
+    guard = SecretWordGuard()
+    k = Kernel(example_policy, working_dir=workdir, guards=[guard])
+    k.register_executor("file", lambda c: "hunter2")
+    k.execute(call("file", "read", tool="read", path="./data/notes.txt"))
+    d = k.check(call("http", "get", url="https://api.github.com/?q=hunter2"))
+    assert reason_ids(d) == ["guard.secret-word"]
+    assert guard.observed == ["read"]

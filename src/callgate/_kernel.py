@@ -18,10 +18,10 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -49,6 +49,18 @@ from callgate.sandbox.executor import SubprocessExecutor
 log = logging.getLogger("callgate")
 
 ApprovalHandler = Callable[[ToolCall, Decision], bool]
+
+
+class Guard(Protocol):
+    """A content check run with the taint step: sees every call, and every result it produced."""
+
+    def check(self, call: ToolCall, taint: frozenset[str]) -> Reason | None:
+        """A reason (id, check="guard", message) to deny the pending call, or None."""
+
+    def observe(self, call: ToolCall, result: ToolResult | None) -> None:
+        """Learn from a decided call: ``result`` is None when it was only decided (``check``)."""
+
+
 Executor = Callable[[ToolCall], Any]
 
 MAX_PARAMETER_BYTES = 1 << 20
@@ -97,7 +109,8 @@ class Kernel:
     def __init__(self, policy: Policy | Any, *, audit: str | os.PathLike[str] | AuditStore | None
                  = None, working_dir: str | os.PathLike[str] | None = None,
                  approval_handler: ApprovalHandler | None = None, approval_timeout_s: float = 60.0,
-                 run_id: str | None = None, clock: Callable[[], float] = time.time) -> None:
+                 run_id: str | None = None, clock: Callable[[], float] = time.time,
+                 guards: Sequence[Guard] = ()) -> None:
         self.policy: Policy = policy if isinstance(policy, Policy) else policy.policy
         wd = working_dir or self.policy.working_dir or os.getcwd()
         self.working_dir = os.path.realpath(os.fspath(wd))
@@ -121,6 +134,7 @@ class Kernel:
         self._invoked: Counter[str] = Counter()
         self._completed: Counter[str] = Counter()
         self._executors: dict[str, Executor] = {}
+        self._guards = tuple(guards)
         self._lock = threading.RLock()
         self._ended = False
         self._pending_grant: int | None = None
@@ -269,6 +283,9 @@ class Kernel:
             if reason is not None:
                 return Decision(verdict="deny", reasons=(reason,), call_id=call.id)
         taint = self._step_taint(call)
+        reason = self._step_guards(call, taint)
+        if reason is not None:
+            return Decision(verdict="deny", reasons=(reason,), call_id=call.id)
         decision = self._step_rules(call, taint)
         if decision.verdict == "deny":
             return decision
@@ -340,6 +357,15 @@ class Kernel:
     def _step_taint(self, call: ToolCall) -> frozenset[str]:
         return self._taint.input_taint(call)
 
+    def _step_guards(self, call: ToolCall, taint: frozenset[str]) -> Reason | None:
+        # Content guards judge what the inputs carry (secrets, exfiltration shapes, injected
+        # instructions); they belong with taint, before any rule can allow the call.
+        for guard in self._guards:
+            reason = guard.check(call, taint)
+            if reason is not None:
+                return reason
+        return None
+
     def _step_rules(self, call: ToolCall, taint: frozenset[str]) -> Decision:
         rule = self._rules.first_match(call, taint)
         if rule is None:
@@ -408,6 +434,8 @@ class Kernel:
         # run, and its output to carry its boundary's taint, as it would in the real run.
         self._completed[call.tool] += 1
         self._label(call, ())
+        for guard in self._guards:
+            guard.observe(call, None)
 
     def _label(self, call: ToolCall, produced: tuple[TaintLabel, ...]) -> tuple[TaintLabel, ...]:
         labels = tuple(self._taint.output_labels(call, produced))
@@ -450,6 +478,8 @@ class Kernel:
             self._completed[call.tool] += 1
         if self._audit is not None:
             self._audit.record_result(self.run_id, result)
+        for guard in self._guards:
+            guard.observe(call, result)
         if status == "denied":
             raise Denied(self._stopped_while_running(call, result), result)
         return result
