@@ -68,3 +68,26 @@ def test_a_failed_audit_write_denies(example_policy: LoadedPolicy, workdir: Path
         blocker.close()
     with AuditStore.open(db) as store:
         assert store.verify().ok
+
+
+def test_every_audit_event_carries_the_manifest_in_force(example_policy: LoadedPolicy,
+                                                         workdir: Path) -> None:
+    from callgate import ToolPolicy
+
+    db = workdir / "audit.db"
+    with Kernel(example_policy, working_dir=workdir, audit=db) as k:
+        first = k.manifest_hash
+        k.check(call("http", "get", url="https://api.github.com/"))
+
+        @k.tool(policy=ToolPolicy(filesystem={"read": ["./data/**"]}))  # type: ignore[arg-type]
+        def peek(path: str) -> str:
+            return "x"
+
+        second = k.manifest_hash
+        k.check(call("http", "get", url="https://api.github.com/"))
+        run = k.run_id
+    assert first != second
+    with AuditStore.open(db) as store:
+        hashes = [r.payload["manifest_hash"] for r in store.records(run)]
+    assert hashes[:2] == [first, first]
+    assert hashes[2:] == [second] * (len(hashes) - 2)

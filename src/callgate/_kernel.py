@@ -10,8 +10,6 @@ a quarantined run is stopped before any grant or rule is consulted. Each step re
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import threading
@@ -43,6 +41,7 @@ from callgate._taint import TaintTracker, is_untrusted
 from callgate._toolpolicy import check_stance, check_usage
 from callgate._tools import tool_decorator
 from callgate.audit import AuditStore
+from callgate.manifest import build_manifest, manifest_hash
 from callgate.sandbox import BackendName
 from callgate.sandbox.executor import SubprocessExecutor
 
@@ -92,13 +91,6 @@ def _measure(value: Any, level: int = 0) -> tuple[int, int]:
     return size, depth
 
 
-def policy_hash(policy: Policy) -> str:
-    """SHA-256 of the policy's canonical JSON: which policy was in force."""
-    body = json.dumps(policy.model_dump(mode="json", by_alias=True), sort_keys=True,
-                      separators=(",", ":"))
-    return hashlib.sha256(body.encode()).hexdigest()
-
-
 class Kernel:
     """Mediates every tool call of one agent run. Thread-safe: calls are decided one at a time.
 
@@ -115,7 +107,6 @@ class Kernel:
         wd = working_dir or self.policy.working_dir or os.getcwd()
         self.working_dir = os.path.realpath(os.fspath(wd))
         self.run_id = run_id or "run_" + uuid.uuid4().hex
-        self.policy_hash = policy_hash(self.policy)
         self._principal = self.policy.principal.name if self.policy.principal else "anonymous"
         self._grants = self.policy.principal.capabilities if self.policy.principal else ()
         self._tools: dict[str, ToolPolicy] = dict(self.policy.tools)
@@ -140,6 +131,7 @@ class Kernel:
         self._pending_grant: int | None = None
         self._pending_quarantine: Quarantine | None = None
         self._pending_signals: tuple[int, list[Signal]] | None = None
+        self.manifest_hash = manifest_hash(build_manifest(self.policy, self._tools))
         self._audit = self._open_audit(audit)
 
     # -- public API -------------------------------------------------------------------------
@@ -182,7 +174,13 @@ class Kernel:
         """Declare an in-process tool's policy (a policy file's declaration cannot be replaced)."""
         if name in self.policy.tools and self.policy.tools[name] != policy:
             raise CallgateError(f"tool {name!r} is already declared by the policy file")
-        self._tools[name] = policy
+        if self._tools.get(name) == policy:
+            return
+        with self._lock:
+            self._tools[name] = policy
+            # Every later audit event carries the hash of the manifest now in force.
+            self.manifest_hash = manifest_hash(build_manifest(self.policy, self._tools))
+            self._record_system("manifest", {"sha256": self.manifest_hash})
 
     def tool(self, name: str | None = None, *, policy: ToolPolicy | None = None,
              tool_class: str | None = None, action: str = "call") -> Callable[[Any], Any]:
@@ -519,7 +517,7 @@ class Kernel:
             return None
         store = audit if isinstance(audit, AuditStore) else AuditStore.open(Path(audit))
         store.start_run(self.run_id, principal=self._principal, policy_name=self.policy.name,
-                        manifest_hash=self.policy_hash,
+                        manifest_hash=self.manifest_hash,
                         config={"policy": self.policy.name, "working_dir": self.working_dir})
         return store
 

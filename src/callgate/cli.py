@@ -18,6 +18,7 @@ from callgate._errors import CallgateError, Denied, PolicyError
 from callgate._kernel import Kernel
 from callgate._loader import LoadedPolicy, load_policy
 from callgate._model import Decision
+from callgate.manifest.cli import lint_tools_command, manifest_group
 from callgate.presets import load_preset, preset_names
 
 
@@ -201,6 +202,10 @@ def policy_lint(file: str) -> None:
     grants = len(p.principal.capabilities) if p.principal else 0
     click.echo(f"ok: {file}: {grants} capabilities, {len(p.rules)} rules, {len(p.tools)} tools, "
                f"{len(p.behavior)} behaviour statements, {len(warnings)} warnings")
+
+
+main.add_command(manifest_group)
+main.add_command(lint_tools_command)
 
 
 @main.command()

@@ -42,9 +42,25 @@ def test_appended_events_read_back_in_order_with_their_payloads(tmp_path: Path, 
     assert records[1].payload["call"]["parameters"] == {"url": "https://example.org/1", "n": 1}
     assert records[1].payload["decision"]["verdict"] == "allow"
     assert records[2].payload["result"]["output"] == 7
-    assert records[3].payload == {"kind": "quarantine", "data": {"rule": "x", "at": [1, 2]}}
+    assert records[3].payload == {"kind": "quarantine", "data": {"rule": "x", "at": [1, 2]},
+                                  "manifest_hash": records[0].payload["manifest_hash"]}
     assert all(len(r.hash) == 64 and len(r.id) == 32 for r in records)
     assert len({r.id for r in records}) == 5
+
+
+def test_every_event_carries_the_manifest_in_force_across_a_reopen(tmp_path: Path,
+                                                                   kit: Any) -> None:
+    with AuditStore.open(tmp_path / "a.db") as store:
+        kit.start(store, "r1")
+        first = store.records("r1")[0].payload["manifest_hash"]
+        store.record_system("r1", "manifest", {"sha256": "f" * 64})
+    with AuditStore.open(tmp_path / "a.db") as store:
+        call = kit.make_call("r1", 1)
+        store.record_decision("r1", call, kit.allow(call))
+        records = store.records("r1")
+        assert store.verify().ok
+    # the manifest event itself already speaks under the manifest it announces
+    assert [r.payload["manifest_hash"] for r in records] == [first, "f" * 64, "f" * 64]
 
 
 def test_denormalised_columns_are_queryable(tmp_path: Path, kit: Any) -> None:

@@ -12,6 +12,7 @@ same file makes the next append fail instead of forking the chain.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
@@ -69,11 +70,12 @@ class AuditRecord:
 
 
 class _Run:
-    __slots__ = ("count", "ended")
+    __slots__ = ("count", "ended", "manifest")
 
-    def __init__(self, count: int, ended: bool) -> None:
+    def __init__(self, count: int, ended: bool, manifest: str) -> None:
         self.count = count
         self.ended = ended
+        self.manifest = manifest  # the hash of the manifest in force, carried by every event
 
 
 def _now() -> str:
@@ -188,10 +190,19 @@ class AuditStore:
         row = head.fetchone()
         if row is not None:
             self._head_seq, self._head_hash = int(row[0]), str(row[1])
-        for run_id, count, ended_at in self._conn.execute(
-            "SELECT run_id, event_count, ended_at FROM runs"
+        for run_id, count, ended_at, manifest in self._conn.execute(
+            "SELECT run_id, event_count, ended_at, manifest_hash FROM runs"
         ):
-            self._runs[run_id] = _Run(int(count), ended_at is not None)
+            self._runs[run_id] = _Run(int(count), ended_at is not None, str(manifest))
+        # A run's manifest may have changed after its start: the newest "manifest" event says.
+        for run_id, record in self._conn.execute(
+            "SELECT run_id, record FROM events WHERE kind = 'system' AND tool = '_system.manifest'"
+            " ORDER BY seq"
+        ):
+            if run_id in self._runs:
+                found = json.loads(record).get("payload", {}).get("data", {}).get("sha256")
+                if isinstance(found, str):
+                    self._runs[run_id].manifest = found
 
     # -- the one way anything is written -------------------------------------------------------
 
@@ -238,6 +249,10 @@ class AuditStore:
                 raise AuditError(f"run {run_id!r} has ended")
             else:
                 run_seq = state.count + 1
+            if state is not None:
+                if kind == "system" and payload.get("kind") == "manifest":
+                    state.manifest = str(payload.get("data", {}).get("sha256", state.manifest))
+                payload = {**payload, "manifest_hash": state.manifest}
             seq = self._head_seq + 1
             record = make_record(
                 seq=seq,
@@ -253,7 +268,7 @@ class AuditStore:
             self._atomic([(_INSERT_EVENT, event_row(record, text, digest)), run_sql(record)])
             self._head_seq, self._head_hash = seq, digest
             if state is None:
-                self._runs[run_id] = _Run(1, False)
+                self._runs[run_id] = _Run(1, False, str(payload.get("manifest_hash", "")))
             else:
                 state.count = run_seq
                 state.ended = kind == "run-end"
