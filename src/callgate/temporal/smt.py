@@ -16,6 +16,7 @@ A solver answer of ``unknown`` (timeout, resource limit) or a solver error is re
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -138,6 +139,7 @@ class _Grounder:
         self._codes: dict[Hashable, int] = {}
         self._consts: dict[tuple[int, str], Any] = {}
         self._symbols: dict[tuple[int, int], Any] = {}
+        self._candidates: dict[int, list[int]] = {}
         self.patterns = [
             CompiledPattern(p, statement.variables, binding=i == 0)
             for i, p in enumerate(statement.patterns)
@@ -220,7 +222,7 @@ class _Grounder:
             values = _BodyGrounder(self).ground(st.body)
             return {i: values[i] for i in range(1, len(self.events) + 1)}
         out: dict[int, Expr] = {}
-        for i in range(1, len(self.events) + 1):
+        for i in self._between(0, 1, len(self.events)):
             found = self.trigger(i)
             if found is not None:
                 condition, env = found
@@ -231,27 +233,43 @@ class _Grounder:
         st, n_events = self.statement, len(self.events)
         if st.form == "abs":
             return False
+        # Disjuncts over events where a pattern's ground part is false are false facts: the
+        # closed world drops them before the solver sees them.
         if st.form == "prec":
-            return _or([self.use(1, j, env) for j in range(1, i)])
+            return _or([self.use(1, j, env) for j in self._between(1, 1, i - 1)])
         if st.form == "resp":
-            return _or([self.use(1, j, env) for j in range(i + 1, n_events + 1)])
+            return _or([self.use(1, j, env) for j in self._between(1, i + 1, n_events)])
         if st.form == "bresp":
             assert st.bound is not None
             last = min(n_events, i + st.bound)
-            return _or([self.use(1, j, env) for j in range(i + 1, last + 1)])
+            return _or([self.use(1, j, env) for j in self._between(1, i + 1, last)])
         if st.form == "rslv":
-            later = [_or([self.use(1, j, env), self.same_binding(j, env)])
-                     for j in range(i + 1, n_events + 1)]
-            return _or([self.use(1, i, env), *later])
+            answers = [self.use(1, j, env) for j in self._between(1, i + 1, n_events)]
+            repeats = [self.same_binding(j, env) for j in self._between(0, i + 1, n_events)]
+            return _or([self.use(1, i, env), *answers, *repeats])
         return self._until(i, env)
 
     def _until(self, i: int, env: Env) -> Expr:
         resolved: Expr = False  # some resolver strictly between the trigger and the bad event
         parts: list[Expr] = []
-        for b in range(i + 1, len(self.events) + 1):
-            parts.append(_implies(self.use(2, b, env), resolved))
-            resolved = _or([resolved, self.use(1, b, env)])
+        resolvers = set(self._between(1, i + 1, len(self.events)))
+        bads = set(self._between(2, i + 1, len(self.events)))
+        for b in sorted(resolvers | bads):
+            if b in bads:
+                parts.append(_implies(self.use(2, b, env), resolved))
+            if b in resolvers:
+                resolved = _or([resolved, self.use(1, b, env)])
         return _and(parts)
+
+    def _between(self, which: int, low: int, high: int) -> list[int]:
+        """Positions in [low, high] where pattern ``which``'s ground part holds."""
+        found = self._candidates.get(which)
+        if found is None:
+            pattern = self.patterns[which]
+            found = self._candidates[which] = [
+                i for i, ev in enumerate(self.events, start=1) if pattern.ground(ev)
+            ]
+        return found[bisect_left(found, low):bisect_right(found, high)]
 
 
 class _BodyGrounder:
