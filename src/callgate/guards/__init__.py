@@ -1,0 +1,76 @@
+"""Content guards: checks on what a call carries, run by the kernel with the taint step.
+
+A guard has ``check(call, taint) -> Reason | None`` (deny with the reason) and
+``observe(call, result)`` (learn from every decided call). ``build_guards`` makes the shipped
+ones from ``GuardSettings``:
+
+* ``injection`` - injected-instruction phrases after confusable normalisation, and mixed-script
+  words in commands, URLs and paths;
+* ``secrets`` - fingerprints of secrets the agent read (persisted across runs with a state
+  file), and credential shapes, in anything the agent sends;
+* ``provenance`` - content written under untrusted taint, carried later by a shell command or
+  an HTTP request;
+* ``egress`` - exfiltration shapes of HTTP requests (bodies on GET, data in DNS labels, query
+  strings and headers, slow drips, low-entropy pings of secrets, converging channels).
+
+See ``docs/guards.md``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from callgate.guards._settings import (
+    EgressSettings,
+    GuardSettings,
+    InjectionSettings,
+    ProvenanceSettings,
+    SecretsSettings,
+)
+from callgate.guards._store import FingerprintStore
+from callgate.guards.egress import EgressGuard
+from callgate.guards.injection import InjectionGuard, normalise
+from callgate.guards.secrets import ProvenanceGuard, SecretsGuard
+
+if TYPE_CHECKING:
+    from callgate._kernel import Guard
+
+
+def build_guards(settings: GuardSettings | None = None, *,
+                 state_path: str | None = None) -> list[Guard]:
+    """The enabled guards, in checking order: injection, secrets, provenance, egress.
+
+    ``state_path`` is a SQLite file where fingerprints of secrets and planted content are kept
+    across runs; without it they last for the guards' lifetime (one run). Raises
+    ``CallgateError`` when the file cannot be opened.
+    """
+    settings = settings or GuardSettings()
+    needs_store = settings.secrets.enabled or settings.provenance.enabled or \
+        settings.egress.enabled
+    store = FingerprintStore(state_path, window=settings.secrets.window) if needs_store else None
+    guards: list[Guard] = []
+    if settings.injection.enabled:
+        guards.append(InjectionGuard(settings.injection.extra_phrases))
+    if settings.secrets.enabled and store is not None:
+        guards.append(SecretsGuard(store))
+    if settings.provenance.enabled and store is not None:
+        guards.append(ProvenanceGuard(store))
+    if settings.egress.enabled:
+        guards.append(EgressGuard(settings.egress, store if settings.secrets.enabled else None))
+    return guards
+
+
+__all__ = [
+    "EgressGuard",
+    "EgressSettings",
+    "FingerprintStore",
+    "GuardSettings",
+    "InjectionGuard",
+    "InjectionSettings",
+    "ProvenanceGuard",
+    "ProvenanceSettings",
+    "SecretsGuard",
+    "SecretsSettings",
+    "build_guards",
+    "normalise",
+]

@@ -1,0 +1,150 @@
+"""Text helpers shared by the content guards: walking parameters, entropy, decoding, shapes.
+
+Everything here is pure. The guards look at what a call carries, so the first job is to see the
+same bytes an attacker could smuggle out: every string in the parameters (keys included), and
+the forms those strings decode to (URL escapes, hex and base64 runs).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import unquote_plus
+
+#: How deep parameters are walked; the kernel refuses deeper nesting before guards run.
+MAX_DEPTH = 40
+#: Shortest hex or base64 run decoded when looking for smuggled content.
+MIN_ENCODED_RUN = 16
+
+_HEX_RUN = re.compile(r"(?:[0-9a-fA-F]{2}){8,}")
+_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
+_HEX_ONLY = re.compile(r"^[0-9a-fA-F]+$")
+_B64_ONLY = re.compile(r"^[A-Za-z0-9+/_-]+={0,2}$")
+
+#: Shapes of credentials that are secret wherever they appear.
+KEY_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("pem-private-key", re.compile(
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]{16,}?-----END [A-Z0-9 ]*PRIVATE KEY-----")),
+    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("aws-secret-key", re.compile(
+        r"(?i)aws_secret_access_key\s*[=:]\s*['\"]?([A-Za-z0-9/+=]{40})")),
+    ("github-token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b")),
+    ("slack-token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b")),
+    ("api-key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b")),
+    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+)
+#: ``NAME=value`` / ``name: value`` / ``"name": "value"`` lines whose name says "secret".
+_SECRET_ASSIGNMENT = re.compile(
+    r"""(?im)^[\s"']*([A-Za-z0-9_.-]*(?:pass(?:word|wd)?|secret|token|api[_-]?key|"""
+    r"""private[_-]?key|credential|auth)[A-Za-z0-9_.-]*)["']?\s*[=:]\s*["']?([^\s"',#]{6,})""")
+#: Token-like runs that are candidates for high-entropy secrets.
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_.~-]{20,}")
+
+
+def walk_strings(value: Any, depth: int = 0) -> Iterator[str]:
+    """Every string in a JSON-like value, mapping keys included (data can hide in a key)."""
+    if depth > MAX_DEPTH:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str):
+                yield key
+            yield from walk_strings(item, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from walk_strings(item, depth + 1)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield str(value)
+
+
+def entropy(text: str) -> float:
+    """Shannon entropy of ``text`` in bits per character (0 for an empty string)."""
+    if not text:
+        return 0.0
+    total = len(text)
+    return -sum(n / total * math.log2(n / total) for n in Counter(text).values())
+
+
+def is_hex(text: str) -> bool:
+    """True for a non-empty string of hex digits."""
+    return bool(_HEX_ONLY.match(text))
+
+
+def looks_encoded(text: str, *, min_len: int) -> bool:
+    """True when ``text`` looks like hex or base64 data of at least ``min_len`` characters.
+
+    Hex needs only its length (words are rarely all hex digits). Base64 needs a mix: a digit
+    or a ``+/_-`` and both letter cases, and at least 3.5 bits of entropy per character, so
+    ordinary long words and ``kebab-case-slugs`` are not data.
+    """
+    if len(text) < min_len:
+        return False
+    if is_hex(text):
+        return True
+    if not _B64_ONLY.match(text):
+        return False
+    mixed = any(c.isdigit() or c in "+/_" for c in text) and any(c.isupper() for c in text) \
+        and any(c.islower() for c in text)
+    return mixed and entropy(text) >= 3.5
+
+
+def decoded_forms(text: str) -> list[str]:
+    """``text`` and what it decodes to: URL escapes, and each long hex or base64 run."""
+    forms = [text]
+    unquoted = unquote_plus(text)
+    if unquoted != text:
+        forms.append(unquoted)
+    for source in list(forms):
+        for run in _HEX_RUN.findall(source):
+            forms.append(bytes.fromhex(run).decode("utf-8", "replace"))
+        for run in _B64_RUN.findall(source):
+            decoded = _b64(run)
+            if decoded is not None:
+                forms.append(decoded)
+    return forms
+
+
+def _b64(run: str) -> str | None:
+    padded = run.rstrip("=")
+    padded += "=" * (-len(padded) % 4)
+    try:
+        raw = base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    text = raw.decode("utf-8", "replace")
+    printable = sum(1 for c in text if c.isprintable() or c in "\n\r\t")
+    return text if text and printable / len(text) > 0.9 else None
+
+
+def key_shapes(text: str) -> list[tuple[str, str]]:
+    """(shape name, matched text) for every credential shape found in ``text``."""
+    found: list[tuple[str, str]] = []
+    for name, pattern in KEY_SHAPES:
+        for match in pattern.finditer(text):
+            found.append((name, match.group(match.lastindex or 0)))
+    return found
+
+
+def secret_assignments(text: str) -> list[str]:
+    """The values of lines that assign something named like a secret (``DB_PASSWORD=...``)."""
+    return [m.group(2) for m in _SECRET_ASSIGNMENT.finditer(text)]
+
+
+def high_entropy_tokens(text: str, *, min_len: int = 20, min_bits: float = 3.5) -> list[str]:
+    """Token-like runs long and random enough to be keys, excluding host names and words."""
+    out = []
+    for run in _TOKEN_RUN.findall(text):
+        if len(run) < min_len or entropy(run) < min_bits:
+            continue
+        if not any(c.isdigit() or c in "+/=_" for c in run):
+            continue  # dotted host names and long words are not secrets
+        out.append(run)
+    return out
