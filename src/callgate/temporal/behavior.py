@@ -17,7 +17,7 @@ from callgate._errors import Problem, TemporalError
 from callgate._model import Event
 from callgate._policy import BehaviorStatement
 from callgate.temporal.lexer import Placer
-from callgate.temporal.monitor import CompiledStatement, Monitor, Violation
+from callgate.temporal.monitor import ActionIndex, CompiledStatement, Monitor, Violation
 from callgate.temporal.parser import parse_with
 
 Engine = Literal["incremental", "smt"]
@@ -29,6 +29,7 @@ class BehaviorSet:
 
     def __init__(self, statements: Sequence[CompiledStatement]) -> None:
         self._statements = tuple(statements)
+        self._index = ActionIndex(self._statements)
 
     @property
     def statements(self) -> tuple[CompiledStatement, ...]:
@@ -40,7 +41,7 @@ class BehaviorSet:
 
     def monitor(self) -> Monitor:
         """Fresh incremental state for one run."""
-        return Monitor(self._statements)
+        return Monitor(self._statements, self._index)
 
     def check_trace(
         self,

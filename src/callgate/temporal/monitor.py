@@ -121,31 +121,43 @@ def describe(st: n.Statement, events: tuple[int, ...], at_end: bool) -> str:
     return f"the always body is false at event{plural} {where}{tail}"
 
 
-class Monitor:
-    """Incremental checking of a run: ``check_pending`` then ``commit`` per event, ``finish``."""
+class ActionIndex:
+    """Which statements an event with a given action can matter to; shared by a set's runs."""
+
+    #: Distinct actions remembered (actions come from the agent, so the cache is bounded).
+    CACHE_LIMIT = 4096
 
     def __init__(self, statements: Sequence[CompiledStatement]) -> None:
-        self._statements = tuple(statements)
-        self._monitors: list[StatementMonitor | None] = [
-            s.new_monitor() for s in self._statements
-        ]
-        self._interest = [interest(s.statement) for s in self._statements]
+        self._interest = [interest(s.statement) for s in statements]
         self._relevant: dict[str, tuple[int, ...]] = {}
-        self._broken: dict[int, str] = {}
-        self._length = 0
-        self._cached: tuple[Event, dict[int, object]] | None = None
 
-    def _relevant_to(self, action: str) -> tuple[int, ...]:
-        """Indexes of the statements an event with ``action`` can matter to (cached)."""
+    def relevant_to(self, action: str) -> tuple[int, ...]:
+        """Indexes of the statements an event with ``action`` can matter to."""
         found = self._relevant.get(action)
         if found is None:
             found = tuple(
                 i for i, actions in enumerate(self._interest)
                 if actions is None or action in actions
             )
-            if len(self._relevant) < 4096:  # bound the cache: actions come from the agent
-                self._relevant[action] = found
+            if len(self._relevant) < self.CACHE_LIMIT:
+                self._relevant[action] = found  # idempotent, so runs in threads may share it
         return found
+
+
+class Monitor:
+    """Incremental checking of a run: ``check_pending`` then ``commit`` per event, ``finish``."""
+
+    def __init__(
+        self, statements: Sequence[CompiledStatement], index: ActionIndex | None = None
+    ) -> None:
+        self._statements = tuple(statements)
+        self._monitors: list[StatementMonitor | None] = [
+            s.new_monitor() for s in self._statements
+        ]
+        self._index = index if index is not None else ActionIndex(self._statements)
+        self._broken: dict[int, str] = {}
+        self._length = 0
+        self._cached: tuple[Event, dict[int, object]] | None = None
 
     def __len__(self) -> int:
         return self._length
@@ -158,7 +170,7 @@ class Monitor:
         ]
         plans: dict[int, object] = {}
         try:
-            relevant = self._relevant_to(event.action)
+            relevant = self._index.relevant_to(event.action)
         except Exception:  # an unhashable action: consult every statement
             relevant = tuple(range(len(self._statements)))
         for index in relevant:
