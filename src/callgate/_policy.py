@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from callgate._model import StrictModel, Verdict
+from callgate.executors.wiring import ExecutorSettings
+from callgate.guards._settings import GuardSettings
 
 Risk = Literal["low", "medium", "high", "critical"]
 RISK_ORDER: dict[str, int] = {"low": 0, "medium": 1, "high": 2, "critical": 3}
@@ -156,11 +158,10 @@ class ToolPolicy(StrictModel):
 
 
 class RunStateSettings(StrictModel):
-    """Run-level settings: when to quarantine, how long the behavioural window is."""
+    """Run-level settings: when to quarantine, and whether the built-in statement pack is on."""
 
     quarantine_after_denials: _Positive = 5
     behavioral_rules: bool = True
-    window: _Positive = 20
 
 
 class BehaviorStatement(StrictModel):
@@ -183,6 +184,9 @@ class Policy(StrictModel):
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     run_state: RunStateSettings = RunStateSettings()
     behavior: tuple[BehaviorStatement, ...] = ()
+    guards: GuardSettings | None = None
+    executors: ExecutorSettings | None = None
+
     @model_validator(mode="after")
     def _ids_are_unique(self) -> Policy:
         for kind, ids in (

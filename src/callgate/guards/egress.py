@@ -39,10 +39,16 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from callgate._model import Reason, ToolCall, ToolResult
-from callgate._runstate import SECRET_RESOURCE, SENSITIVE_PATH
 from callgate.guards._settings import EgressSettings
 from callgate.guards._store import FingerprintStore
-from callgate.guards._text import decoded_forms, is_hex, looks_encoded, walk_strings
+from callgate.guards._text import (
+    SECRET_RESOURCE,
+    SENSITIVE_PATH,
+    decoded_forms,
+    is_hex,
+    looks_encoded,
+    walk_strings,
+)
 
 _BODYLESS = frozenset({"get", "head", "options"})
 #: Headers every client sends; their values are not a data channel worth counting.

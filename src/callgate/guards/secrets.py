@@ -23,9 +23,9 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from callgate._model import UNTRUSTED_SOURCES, Reason, ToolCall, ToolResult
-from callgate._runstate import SENSITIVE_PATH
 from callgate.guards._store import FingerprintStore
 from callgate.guards._text import (
+    SENSITIVE_PATH,
     decoded_forms,
     high_entropy_tokens,
     key_shapes,

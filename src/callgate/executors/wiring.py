@@ -1,0 +1,193 @@
+"""From a policy to ready executors: scopes derived from the principal's grants.
+
+``ExecutorSettings`` is the ``executors:`` section of a policy file: what a policy cannot say
+about the world (which database name is which file, which local addresses are opened, where the
+retrieval corpus lives, how the shell may run). ``build_executors`` combines it with the
+principal's grants so each executor is no wider than what the principal was granted:
+
+* file: read scopes from the ``allowed_paths`` of grants whose actions read (``read``, ``list``
+  or all), write scopes from grants whose actions write (``write``, ``append``, ``delete`` or
+  all); no writing grant means no write scope at all. A grant without ``allowed_paths`` scopes
+  the working directory. A glob the file executor cannot hold exactly (``./src/*.py``) becomes
+  the directory before its first wildcard: the kernel's path gate still checks the glob itself;
+* database: the configured databases named by ``allowed_databases`` (all when unconstrained),
+  tables from ``allowed_tables``;
+* shell: programs from ``allowed_commands``; a tool declared under ``tools:`` with
+  ``tool_class: shell`` gets its own executor in its declared sandbox, other shell calls run in
+  ``DEFAULT_SHELL_POLICY``;
+* http: loopback and private addresses closed unless listed in ``http.allowed_addresses``;
+  names in ``http.hosts`` resolve to the address given (for tests and local deployments); with
+  ``http.system_dns: false`` no other name resolves.
+
+This module imports the policy schema only for type checking, so the schema can import
+``ExecutorSettings`` (``Policy.executors``) without a cycle.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import Field
+
+from callgate._model import StrictModel, ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from callgate._policy import Capability, Policy, ToolPolicy
+    from callgate.executors.http import Resolver
+
+ExecutorFn = Callable[[ToolCall], ToolResult]
+
+_READ_ACTIONS = frozenset({"read", "list"})
+_WRITE_ACTIONS = frozenset({"write", "append", "delete"})
+_WILDCARDS = frozenset("*?[")
+
+
+class HttpSettings(StrictModel):
+    """The HTTP executor's settings (see ``HttpExecutor``)."""
+
+    allowed_addresses: tuple[str, ...] = ()
+    hosts: dict[str, str] = Field(default_factory=dict)
+    system_dns: bool = True
+    timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    max_response_bytes: Annotated[int, Field(gt=0)] = 5 * 2**20
+    cross_host_redirects: bool = False
+
+
+class ShellSettings(StrictModel):
+    """How shell calls may run (see ``ShellExecutor``)."""
+
+    allow_metacharacters: bool = False
+    allow_interpreters: bool = False
+    backend: Literal["auto", "bwrap", "firejail", "none"] = "auto"
+    allow_unconfined: bool = False
+
+
+class ExecutorSettings(StrictModel):
+    """The ``executors:`` section of a policy: what the executors need to know of the world."""
+
+    http: HttpSettings = HttpSettings()
+    databases: dict[str, str] = Field(default_factory=dict)
+    allow_ddl: bool = False
+    retrieval_root: str | None = None
+    retrieval_index: str | None = None
+    shell: ShellSettings = ShellSettings()
+
+
+def static_resolver(hosts: Mapping[str, str], *, fallback: Resolver | None) -> Resolver:
+    """A resolver answering names in ``hosts`` itself, others with ``fallback`` (or not)."""
+    table = {k.lower().rstrip("."): v for k, v in hosts.items()}
+
+    def resolve(host: str, port: int) -> list[str]:
+        name = host.lower().rstrip(".")
+        if name in table:
+            return [table[name]]
+        if fallback is None:
+            raise OSError(f"{host} is not in the configured hosts and system DNS is off")
+        return fallback(host, port)
+
+    return resolve
+
+
+def _grants(policy: Policy, tool_class: str) -> list[Capability]:
+    principal = policy.principal
+    return [c for c in (principal.capabilities if principal else ()) if c.tool_class == tool_class]
+
+
+def _union(values: Iterable[tuple[str, ...] | None]) -> tuple[str, ...] | None:
+    """The union of constraint lists; None (unconstrained) when any is None."""
+    out: list[str] = []
+    for value in values:
+        if value is None:
+            return None
+        out.extend(v for v in value if v not in out)
+    return tuple(out)
+
+
+def executor_scope(pattern: str) -> str:
+    """A path pattern as the file executor holds it: exact, ``dir/**``, or widened to the
+    directory before its first wildcard (the kernel's gate checks the glob itself)."""
+    stem = pattern[:-3] if pattern.endswith("/**") else pattern
+    if not _WILDCARDS & set(stem):
+        return pattern
+    parts = stem.split("/")
+    cut = next(i for i, part in enumerate(parts) if _WILDCARDS & set(part))
+    base = "/".join(parts[:cut]) or ("/" if pattern.startswith("/") else ".")
+    return base.rstrip("/") + "/**" if base != "/" else "/**"
+
+
+def _file_scopes(grants: list[Capability], actions: frozenset[str]) -> list[str] | None:
+    relevant = [g for g in grants if not g.actions or actions & set(g.actions)]
+    if not relevant:
+        return []
+    paths = _union(g.constraints.allowed_paths for g in relevant)
+    return None if paths is None else [executor_scope(p) for p in paths]
+
+
+def build_executors(policy: Policy, *, working_dir: str, settings: ExecutorSettings | None = None,
+                    resolver: Resolver | None = None) -> dict[str, ExecutorFn]:
+    """Executors keyed by tool class (and by declared shell tool name), scoped by the grants.
+
+    ``settings`` defaults to ``policy.executors`` and then to ``ExecutorSettings()``;
+    ``resolver`` replaces system DNS for names not in ``settings.http.hosts``. Raises
+    ``ExecutorError`` when a setting is invalid.
+    """
+    from callgate.executors.database import DatabaseExecutor
+    from callgate.executors.file import FileExecutor
+    from callgate.executors.http import HttpExecutor, system_resolver
+    from callgate.executors.retrieval import RetrievalExecutor
+
+    settings = settings or getattr(policy, "executors", None) or ExecutorSettings()
+    wd = os.path.realpath(working_dir)
+    out: dict[str, ExecutorFn] = {}
+    files = _grants(policy, "file")
+    out["file"] = FileExecutor(working_dir=wd, allowed_read=_file_scopes(files, _READ_ACTIONS),
+                               allowed_write=_file_scopes(files, _WRITE_ACTIONS))
+    h = settings.http
+    fallback = resolver or (system_resolver if h.system_dns else None)
+    out["http"] = HttpExecutor(
+        timeout_s=h.timeout_s, max_response_bytes=h.max_response_bytes,
+        cross_host_redirects=h.cross_host_redirects,
+        allowed_addresses=frozenset(h.allowed_addresses),
+        resolver=static_resolver(h.hosts, fallback=fallback))
+    databases = _databases(policy, settings, wd)
+    if databases:
+        tables = _union(g.constraints.allowed_tables for g in _grants(policy, "database"))
+        out["database"] = DatabaseExecutor(databases=databases, allowed_tables=tables,
+                                           allow_ddl=settings.allow_ddl)
+    if settings.retrieval_root is not None:
+        out["retrieval"] = RetrievalExecutor(
+            root=os.path.join(wd, settings.retrieval_root), index_path=settings.retrieval_index)
+    out.update(_shell_executors(policy, settings.shell, wd))
+    return out
+
+
+def _databases(policy: Policy, settings: ExecutorSettings, wd: str) -> dict[str, str]:
+    allowed = _union(g.constraints.allowed_databases for g in _grants(policy, "database"))
+    out = {}
+    for name, target in settings.databases.items():
+        if allowed is not None and name not in allowed:
+            continue
+        local = target == ":memory:" or "://" in target
+        out[name] = target if local else os.path.join(wd, target)
+    return out
+
+
+def _shell_executors(policy: Policy, shell: ShellSettings, wd: str) -> dict[str, ExecutorFn]:
+    from callgate.executors.shell import ShellExecutor
+
+    commands = _union(g.constraints.allowed_commands for g in _grants(policy, "shell"))
+
+    def make(tool_policy: ToolPolicy | None) -> ExecutorFn:
+        return ShellExecutor(tool_policy, working_dir=wd,
+                             allowed_commands=commands,
+                             allow_metacharacters=shell.allow_metacharacters,
+                             allow_interpreters=shell.allow_interpreters, backend=shell.backend,
+                             allow_unconfined=shell.allow_unconfined)
+
+    out = {"shell": make(None)}
+    for name, declared in policy.tools.items():
+        if declared.tool_class == "shell":
+            out[name] = make(declared)
+    return out
