@@ -118,3 +118,11 @@ def test_decide_with_an_unreadable_audit_log_exits_2_and_leaves_it_alone(tmp_pat
     assert "error" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert junk.read_bytes() == before
+
+
+def test_policy_lint_reports_a_bad_behaviour_statement_at_its_place(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nversion: 1\nbehavior:\n  - id: s\n    rule: abs(action = )\n")
+    proc = run("policy", "lint", str(bad))
+    assert proc.returncode == 2
+    assert f"{bad}:5:" in proc.stderr

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from callgate import Denied, _runstate
+from callgate import Denied
 from callgate._kernel import Kernel
 from callgate._loader import LoadedPolicy, parse_policy
 from tests.test_kernel import call, reason_ids
@@ -100,10 +100,14 @@ def test_tainted_database_write_is_caught(kernel: Kernel) -> None:
 
 def test_tainted_long_shell_command_is_caught(tmp_path: Path) -> None:
     # web_taint_sensitive_probe also matches a shell exec after taint and comes first, so this
-    # test keeps only the data-shaped rule to show that it fires on its own.
-    rules = tuple(r for r in _runstate.BEHAVIOURAL_RULES if r.id == "tainted_shell_with_data")
-    k = Kernel(OPEN, working_dir=tmp_path)
-    k._state = _runstate.RunState(quarantine_after=9, rules=rules)
+    # test keeps only the data-shaped statement of the pack to show that it fires on its own.
+    from callgate._behaviour import builtin_pack
+
+    only = [s for s in builtin_pack() if s.id == "tainted_shell_with_data"]
+    policy = OPEN.policy.model_copy(update={
+        "behavior": tuple(only),
+        "run_state": OPEN.policy.run_state.model_copy(update={"behavioral_rules": False})})
+    k = Kernel(policy, working_dir=tmp_path)
     assert k.check(call("shell", "exec", command="echo short", taint=["web"])).verdict == "allow"
     _expect_behavioural(k, call("shell", "exec", command="echo " + "A" * 120, taint=["web"]),
                         "tainted_shell_with_data")

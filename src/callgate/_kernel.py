@@ -23,27 +23,28 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from callgate._behaviour import (
+    CLASS_RISK,
+    RunBehaviour,
+    call_args,
+    compile_for,
+    descriptions_for,
+)
 from callgate._capabilities import CapabilityToken, RateLimiter, check_grants, issue_token
 from callgate._errors import AuditError, CallgateError, Denied, ExecutorError
 from callgate._model import Decision, Reason, TaintLabel, ToolCall, ToolResult
 from callgate._paths import PathRejected, canonical_parameters
 from callgate._policy import CapabilityConstraints, Policy, ToolPolicy
 from callgate._rules import RuleSet
-from callgate._runstate import (
-    BEHAVIOURAL_RULES,
-    READ_ONLY_ACTIONS,
-    Quarantine,
-    RunState,
-    Signal,
-    signals_of,
-)
-from callgate._taint import TaintTracker, is_untrusted
+from callgate._runstate import READ_ONLY_ACTIONS, Quarantine, RunState
+from callgate._taint import TaintTracker
 from callgate._toolpolicy import check_stance, check_usage
 from callgate._tools import tool_decorator
 from callgate.audit import AuditStore
 from callgate.manifest import build_manifest, manifest_hash
 from callgate.sandbox import BackendName
 from callgate.sandbox.executor import SubprocessExecutor
+from callgate.temporal import Violation
 
 log = logging.getLogger("callgate")
 
@@ -113,9 +114,10 @@ class Kernel:
         self._rules = RuleSet(self.policy.rules)
         self._taint = TaintTracker()
         settings = self.policy.run_state
-        self._state = RunState(quarantine_after=settings.quarantine_after_denials,
-                               window=settings.window,
-                               rules=BEHAVIOURAL_RULES if settings.behavioral_rules else ())
+        self._state = RunState(quarantine_after=settings.quarantine_after_denials)
+        self._behaviour = RunBehaviour(
+            compile_for(self.policy, None if isinstance(policy, Policy) else policy),
+            working_dir=self.working_dir, descriptions=descriptions_for(self.policy))
         self._limiter = RateLimiter()
         self._tokens: dict[str, CapabilityToken] = {}
         self._approval = approval_handler
@@ -130,7 +132,8 @@ class Kernel:
         self._ended = False
         self._pending_grant: int | None = None
         self._pending_quarantine: Quarantine | None = None
-        self._pending_signals: tuple[int, list[Signal]] | None = None
+        self._pending_alerts: list[Violation] = []
+        self._blocked_by: str | None = None
         self.manifest_hash = manifest_hash(build_manifest(self.policy, self._tools))
         self._audit = self._open_audit(audit)
 
@@ -150,8 +153,9 @@ class Kernel:
         """Decide a call and record it in the run as attempted. Never raises on a deny."""
         with self._lock:
             decision, normalized = self._decide(call)
-            if normalized is not None and decision.verdict != "deny":
+            if decision.verdict != "deny":
                 self._assume_ran(normalized)
+            self._commit(normalized, decision, None)
             return decision
 
     def execute(self, call: ToolCall | Mapping[str, Any],
@@ -159,12 +163,13 @@ class Kernel:
         """Decide, consult the approval handler if needed, then run. Raises ``Denied``."""
         with self._lock:
             decision, normalized = self._decide(call)
-            if decision.verdict == "require-approval" and normalized is not None:
+            if decision.verdict == "require-approval":
                 decision = self._ask_approval(normalized, decision)
-            if decision.verdict != "allow" or normalized is None:
+            if decision.verdict != "allow":
+                self._commit(normalized, decision, None)
                 raise Denied(decision)
             run = executor or self._executor_for(normalized)
-            return self._run(normalized, run)
+            return self._run(normalized, run, decision)
 
     def register_executor(self, key: str, executor: Executor) -> None:
         """Route calls of a tool name or tool class to ``executor``."""
@@ -195,28 +200,31 @@ class Kernel:
                     max_uses: int | None = None) -> CapabilityToken:
         """Issue a capability token from the principal's grants; raises ``Denied`` if none."""
         with self._lock:
-            request = Signal("capability_request", tool_class, self._seq)
-            escalation = self._state.match_sequence([request])
-            self._state.observe([request])
+            self._state.counters.capability_requests += 1
+            event = {"action": "capability_request",
+                     "args": {"requested_class": tool_class,
+                              "class_risk": CLASS_RISK.get(tool_class, 0)}}
+            blocked = self._enforce_request(event)
             result: CapabilityToken | str
-            if escalation is not None:
-                rule, first = escalation
-                q = self._state.enter_quarantine("behavioral", rule.id, rule.reason,
-                                                 (first.seq, self._seq))
-                self._record_system("quarantine", q.as_payload())
-                result = f"{rule.reason}; the run is quarantined"
+            if blocked is not None:
+                result = blocked
             elif self._state.quarantined:
                 result = "the run is quarantined: no capability is issued"
             else:
                 result = issue_token(self._principal, self._grants, tool_class,
                                      actions=actions, constraints=constraints, ttl_s=ttl_s,
                                      max_uses=max_uses, now=self._clock())
+            event["status"] = "denied" if isinstance(result, str) else "ok"
+            self._behaviour.commit(event, {}, self._taint.sources)
+            if self._pending_quarantine is not None:
+                self._record_system("quarantine", self._pending_quarantine.as_payload())
+                self._pending_quarantine = None
             if isinstance(result, str):
-                rid = escalation[0].id if escalation else "capability.token-denied"
+                rid = self._blocked_by or "capability.token-denied"
                 decision = Decision(verdict="deny", reasons=(_deny(rid, "capability", result),))
                 self._record_system("capability-denied", {"tool_class": tool_class,
                                                           "reason": result})
-                self._after_deny(decision, tool_class, self._seq, capability=True)
+                self._after_deny(capability=True)
                 raise Denied(decision)
             self._tokens[result.id] = result
             return result
@@ -231,14 +239,22 @@ class Kernel:
                 raise CallgateError("token was not issued by this kernel")
             self._tokens[token.id] = token
 
-    def end_run(self) -> list[Any]:
-        """Close the run: judge open obligations and record the run's end."""
+    def end_run(self) -> list[Violation]:
+        """Close the run: judge the obligations still open, audit them, record the end.
+
+        Returns the violated statements (``resp``, ``rslv``, ``eventually`` and ``bresp``
+        windows never answered); a second call returns an empty list.
+        """
         with self._lock:
-            if not self._ended:
-                self._ended = True
-                if self._audit is not None:
-                    self._audit.end_run(self.run_id)
-            return []
+            if self._ended:
+                return []
+            self._ended = True
+            violations = self._behaviour.finish()
+            for v in violations:
+                self._record_system("violation", _violation_json(v))
+            if self._audit is not None:
+                self._audit.end_run(self.run_id)
+            return violations
 
     def close(self) -> None:
         """End the run (if not ended) and close the audit store."""
@@ -255,15 +271,16 @@ class Kernel:
 
     # -- the pipeline -----------------------------------------------------------------------
 
-    def _decide(self, raw: ToolCall | Mapping[str, Any]) -> tuple[Decision, ToolCall | None]:
+    def _decide(self, raw: ToolCall | Mapping[str, Any]) -> tuple[Decision, ToolCall]:
         self._seq += 1
         try:
             call_or_reason = self._validate(raw)
             if isinstance(call_or_reason, Reason):
                 decision = Decision(verdict="deny", reasons=(call_or_reason,))
-                self._audit_decision(_placeholder(raw, self), decision)
-                self._after_deny(decision, _class_of(raw), self._seq)
-                return decision, None
+                call = _placeholder(raw, self)
+                decision = self._audit_decision(call, decision)
+                self._after_deny()
+                return decision, call
             call = call_or_reason
             decision = self._evaluate(call)
         except Exception as exc:
@@ -373,15 +390,62 @@ class Kernel:
             Reason(id=rule.id, check="rule", message=rule.reason or rule.decision),))
 
     def _step_behaviour(self, call: ToolCall, taint: frozenset[str]) -> Decision | None:
-        found = self._state.match_sequence(self._signals(call))
-        if found is None:
-            return None
-        rule, first = found
-        # Recorded after the decision it causes, so the log reads in causal order.
-        self._pending_quarantine = self._state.enter_quarantine(
-            "behavioral", rule.id, rule.reason, (first.seq, call.sequence))
-        return Decision(verdict="deny", call_id=call.id, reasons=(
-            _deny(rule.id, "behavioral", f"{rule.reason}; the run is quarantined"),))
+        raw, extra = self._event_inputs(call)
+        violations = self._behaviour.check(raw, extra, taint)
+        return self._enforce(call, violations)
+
+    def _enforce(self, call: ToolCall, violations: list[Violation]) -> Decision | None:
+        """The first blocking violation as a deny with its witness; alerts are kept for later."""
+        for v in violations:
+            if v.kind == "violation" and v.enforce == "alert":
+                self._pending_alerts.append(v)
+                continue
+            # an undecidable statement fails closed; a quarantine statement stops the run
+            why = self._behaviour.explain(v)
+            if v.enforce == "quarantine":
+                self._pending_quarantine = self._state.enter_quarantine(
+                    "behavioral", v.statement, why, v.events)
+            reason = why if v.enforce != "quarantine" else f"{why}; the run is quarantined"
+            return Decision(verdict="deny", call_id=call.id, witness=v.witness(), reasons=(
+                _deny(v.statement, "behavioral", reason),))
+        return None
+
+    def _enforce_request(self, event: dict[str, Any]) -> str | None:
+        """Behavioural statements on a capability request: the refusal, or None."""
+        self._blocked_by = None
+        for v in self._behaviour.check(event, {}, self._taint.sources):
+            if v.kind == "violation" and v.enforce == "alert":
+                self._record_system("behavior-alert", _violation_json(v))
+                continue
+            why = self._behaviour.explain(v)
+            if v.enforce == "quarantine":
+                self._pending_quarantine = self._state.enter_quarantine(
+                    "behavioral", v.statement, why, v.events)
+            self._blocked_by = v.statement
+            return f"{why}; the run is quarantined" if v.enforce == "quarantine" else why
+        return None
+
+    def _event_inputs(self, call: ToolCall) -> tuple[dict[str, Any], dict[str, Any]]:
+        raw = {"tool": call.tool, "tool_class": call.tool_class, "action": call.action,
+               "parameters": call.parameters}
+        return raw, call_args(call, self._tools.get(call.tool))
+
+    def _commit(self, call: ToolCall, decision: Decision, result: ToolResult | None) -> None:
+        """Append the call's events to the behavioural trace with their final status."""
+        raw, extra = self._event_inputs(call)
+        if decision.verdict == "deny":
+            raw["status"] = "denied"
+            extra["denied_by"] = decision.reasons[0].check if decision.reasons else "kernel"
+        elif result is not None:
+            raw["status"] = result.status
+            if result.output is not None:
+                raw["output"] = result.output if isinstance(result.output, str) else \
+                    repr(result.output)
+        try:
+            self._behaviour.commit(raw, extra, self._taint.input_taint(call))
+        except CallgateError as exc:  # the trace stays usable; the failure is on record
+            log.error("behavioural trace could not record call %s: %s", call.id, exc)
+            self._record_system("behavior-error", {"call_id": call.id, "error": str(exc)})
 
     # -- after the decision -----------------------------------------------------------------
 
@@ -396,19 +460,11 @@ class Kernel:
                 _deny("audit.write-failed", "audit", f"the decision could not be audited: {exc}"),))
         return decision
 
-    def _signals(self, call: ToolCall) -> list[Signal]:
-        # Computed once per call: the behaviour step and the run-state update share them.
-        cached = self._pending_signals
-        if cached is None or cached[0] != call.sequence:
-            cached = (call.sequence, signals_of(call, self._taint.input_taint(call)))
-            self._pending_signals = cached
-        return cached[1]
-
     def _update_state(self, call: ToolCall, decision: Decision) -> None:
-        self._state.observe(self._signals(call))
+        self._state.count_attempt(call)
         if decision.verdict == "deny":
             capability = any(r.check == "capability" for r in decision.reasons)
-            self._after_deny(decision, call.tool_class, call.sequence, capability)
+            self._after_deny(capability)
         else:
             if self._pending_grant is not None:
                 self._limiter.hit(self._pending_grant)
@@ -419,11 +475,12 @@ class Kernel:
         if self._pending_quarantine is not None:
             self._record_system("quarantine", self._pending_quarantine.as_payload())
             self._pending_quarantine = None
+        for alert in self._pending_alerts:
+            self._record_system("behavior-alert", {"call_id": call.id, **_violation_json(alert)})
+        self._pending_alerts = []
 
-    def _after_deny(self, decision: Decision, tool_class: str, seq: int,
-                    capability: bool = False) -> None:
-        fresh: Quarantine | None = self._state.note_denied(
-            capability=capability, tool_class=tool_class, seq=seq)
+    def _after_deny(self, capability: bool = False) -> None:
+        fresh: Quarantine | None = self._state.note_denied(capability=capability)
         if fresh is not None:
             self._record_system("quarantine", fresh.as_payload())
 
@@ -437,10 +494,7 @@ class Kernel:
 
     def _label(self, call: ToolCall, produced: tuple[TaintLabel, ...]) -> tuple[TaintLabel, ...]:
         labels = tuple(self._taint.output_labels(call, produced))
-        before = self._taint.sources
         self._taint.absorb(labels)
-        if is_untrusted(self._taint.sources) and not is_untrusted(before):
-            self._state.note_taint(call.sequence, call.tool_class)
         return labels
 
     def _ask_approval(self, call: ToolCall, decision: Decision) -> Decision:
@@ -451,7 +505,7 @@ class Kernel:
                 *decision.reasons, _deny("approval.granted", "approval", why)))
         denied = Decision(verdict="deny", call_id=call.id, reasons=(
             *decision.reasons, _deny("approval.denied", "approval", why)))
-        self._after_deny(denied, call.tool_class, call.sequence)
+        self._after_deny()
         return denied
 
     def _executor_for(self, call: ToolCall) -> Executor:
@@ -460,7 +514,7 @@ class Kernel:
             raise ExecutorError(f"no executor for tool {call.tool!r} ({call.tool_class})")
         return run
 
-    def _run(self, call: ToolCall, run: Executor) -> ToolResult:
+    def _run(self, call: ToolCall, run: Executor, decision: Decision) -> ToolResult:
         started = time.perf_counter()
         try:
             output, status, error = run(call), "ok", None
@@ -479,7 +533,10 @@ class Kernel:
         for guard in self._guards:
             guard.observe(call, result)
         if status == "denied":
-            raise Denied(self._stopped_while_running(call, result), result)
+            stopped = self._stopped_while_running(call, result)
+            self._commit(call, stopped, result)
+            raise Denied(stopped, result)
+        self._commit(call, decision, result)
         return result
 
     def _stopped_while_running(self, call: ToolCall, result: ToolResult) -> Decision:
@@ -491,7 +548,7 @@ class Kernel:
         decision = Decision(verdict="deny", call_id=call.id, reasons=(
             Reason(id=rid, check=check, message=message or rid),))
         decision = self._audit_decision(call, decision)
-        self._after_deny(decision, call.tool_class, call.sequence)
+        self._after_deny()
         return decision
 
     def run_subprocess(self, tool: str, argv: list[str], *, stdin: bytes | None = None,
@@ -547,9 +604,9 @@ def _ask(handler: ApprovalHandler | None, call: ToolCall, decision: Decision,
         False, "refused by the approval handler")
 
 
-def _class_of(raw: ToolCall | Mapping[str, Any]) -> str:
-    value = raw.tool_class if isinstance(raw, ToolCall) else raw.get("tool_class")
-    return value if isinstance(value, str) else "unknown"
+def _violation_json(v: Violation) -> dict[str, Any]:
+    return {"statement": v.statement, "enforce": v.enforce, "events": list(v.events),
+            "message": v.message, "kind": v.kind}
 
 
 def _placeholder(raw: ToolCall | Mapping[str, Any], kernel: Kernel) -> ToolCall:

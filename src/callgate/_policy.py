@@ -158,11 +158,10 @@ class ToolPolicy(StrictModel):
 
 
 class RunStateSettings(StrictModel):
-    """Run-level settings: when to quarantine, how long the behavioural window is."""
+    """Run-level settings: when to quarantine, and whether the built-in statement pack is on."""
 
     quarantine_after_denials: _Positive = 5
     behavioral_rules: bool = True
-    window: _Positive = 20
 
 
 class BehaviorStatement(StrictModel):

@@ -14,7 +14,8 @@ from typing import Any, TextIO
 
 import click
 
-from callgate._errors import CallgateError, Denied, PolicyError
+from callgate._behaviour import compile_for
+from callgate._errors import CallgateError, Denied, PolicyError, TemporalError
 from callgate._kernel import Kernel
 from callgate._loader import LoadedPolicy, load_policy
 from callgate._model import Decision
@@ -35,8 +36,10 @@ def load_cli_policy(policy: str | None, preset: str | None) -> LoadedPolicy:
         if preset is not None:
             return load_preset(preset)
         assert policy is not None
-        return load_policy(policy)
-    except PolicyError as exc:
+        loaded = load_policy(policy)
+        compile_for(loaded.policy, loaded)  # behaviour statements report file:line:col too
+        return loaded
+    except (PolicyError, TemporalError) as exc:
         _fail(f"policy error:\n{exc}")
     except CallgateError as exc:
         _fail(f"error: {exc}")

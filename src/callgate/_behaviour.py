@@ -1,0 +1,159 @@
+"""The kernel's behavioural layer: calls become typed events, checked by temporal monitors.
+
+At each pending call the kernel asks ``RunBehaviour.check`` what the call's events would break
+(prohibitions, preconditions, open intervals, bounded responses, ``always`` bodies over the past);
+once the call is decided or has run, ``commit`` appends its events with their real status and
+output. ``finish`` judges the obligations still open when the run ends. The six sequence rules
+of the Ari Kernel design ship as a statement pack (``packs/sequences.yaml``) in the same
+language, so there is one behavioural engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+from callgate._model import Event, ToolCall
+from callgate._policy import BehaviorStatement, Policy, ToolPolicy
+from callgate.temporal import BehaviorSet, Monitor, Violation, compile_behavior
+
+#: Risk of a tool class, for "denied, then asked for something riskier" (data for the pack).
+CLASS_RISK: dict[str, int] = {"http": 1, "database": 2, "file": 3, "shell": 5}
+PACK = "sequences.yaml"
+
+
+@functools.cache
+def builtin_pack() -> tuple[BehaviorStatement, ...]:
+    """The built-in statements (the six sequence rules), parsed once."""
+    from callgate._loader import parse_policy
+
+    text = resources.files("callgate.packs").joinpath(PACK).read_text(encoding="utf-8")
+    return parse_policy(text, source=f"callgate/packs/{PACK}").policy.behavior
+
+
+@functools.cache
+def _compiled(statements: tuple[BehaviorStatement, ...]) -> BehaviorSet:
+    return compile_behavior(statements)
+
+
+def descriptions_for(policy: Policy) -> dict[str, str]:
+    """Statement id -> description, for the statements ``compile_for`` compiles."""
+    pack = builtin_pack() if policy.run_state.behavioral_rules else ()
+    return {s.id: s.description for s in (*policy.behavior, *pack) if s.description}
+
+
+def compile_for(policy: Policy, loaded: Any = None) -> BehaviorSet:
+    """The policy's statements (errors at file:line:col when ``loaded`` knows the places) plus
+    the built-in pack when ``run_state.behavioral_rules`` is on."""
+    own = tuple(policy.behavior)
+    if own and loaded is not None and hasattr(loaded, "raw_span"):
+        # Compiled once more with places, so a bad statement is reported where it is written.
+        def locate(i: int) -> tuple[str, str, int, int] | None:
+            span = loaded.raw_span(("behavior", i, "rule"))
+            return None if span is None else (loaded.source, span[0], span[1], span[2])
+
+        compile_behavior(own, locate=locate)
+    pack = builtin_pack() if policy.run_state.behavioral_rules else ()
+    return _compiled(own + pack)
+
+
+def _command_text(params: Mapping[str, Any]) -> str | None:
+    command = params.get("command")
+    if isinstance(command, str):
+        return command
+    argv = params.get("argv")
+    if isinstance(argv, list):
+        return " ".join(str(a) for a in argv)
+    return None
+
+
+def call_args(call: ToolCall, declared: ToolPolicy | None) -> dict[str, Any]:
+    """Arguments the kernel adds to a call's own event (beyond its parameters)."""
+    extra: dict[str, Any] = {
+        "tool_class": call.tool_class,
+        "tool_action": call.action,
+        "class_risk": CLASS_RISK.get(call.tool_class, 0),
+    }
+    if declared is not None:
+        extra["risk"] = declared.risk
+    text = _command_text(call.parameters)
+    if text is not None:
+        extra["command_text"] = text
+        extra["command_length"] = len(text)
+    return extra
+
+
+class RunBehaviour:
+    """Events and monitor state of one run."""
+
+    def __init__(self, behaviors: BehaviorSet, *, working_dir: str,
+                 descriptions: Mapping[str, str] | None = None) -> None:
+        self._monitor: Monitor = behaviors.monitor()
+        self._descriptions = dict(descriptions or {})
+        self._abstractor = _abstractor(working_dir)
+        self._next = 1
+
+    @property
+    def length(self) -> int:
+        return self._next - 1
+
+    def check(self, raw: Mapping[str, Any], extra: Mapping[str, Any],
+              taint: frozenset[str]) -> list[Violation]:
+        """What the pending call's events would break; no state changes."""
+        violations: list[Violation] = []
+        for event in self._events(raw, extra, taint, preview=True):
+            violations.extend(self._monitor.check_pending(event))
+        return violations
+
+    def commit(self, raw: Mapping[str, Any], extra: Mapping[str, Any],
+               taint: frozenset[str]) -> None:
+        """Append the decided (or executed) call's events, with its status and output."""
+        for event in self._events(raw, extra, taint, preview=False):
+            self._monitor.commit(event)
+            self._next = event.seq + 1
+
+    def finish(self) -> list[Violation]:
+        return self._monitor.finish()
+
+    def explain(self, v: Violation) -> str:
+        """The statement's description (when it has one) and where it broke."""
+        described = self._descriptions.get(v.statement)
+        return f"{described} ({v.message})" if described else v.message
+
+    def _events(self, raw: Mapping[str, Any], extra: Mapping[str, Any], taint: frozenset[str],
+                *, preview: bool) -> list[Event]:
+        if self._abstractor is None:
+            events = [_plain_event(raw, self._next)]
+        else:
+            events = (self._abstractor.preview(raw) if preview
+                      else self._abstractor.abstract(raw))
+        # The kernel knows the real taint: the run's, plus the output's once the call has run
+        # (a denied fetch brought nothing in, whatever its tool would have returned).
+        out = []
+        for i, ev in enumerate(events):
+            args = {**ev.args, **extra} if i == 0 else ev.args
+            out.append(dataclasses.replace(ev, args=args, taint=taint))
+        return out
+
+
+def _abstractor(working_dir: str) -> Any:
+    try:
+        from callgate.abstraction import Abstractor
+    except ImportError:  # the abstraction extra is optional: calls then map to one event each
+        return None
+    return Abstractor(working_dir=working_dir)
+
+
+def _plain_event(raw: Mapping[str, Any], seq: int) -> Event:
+    if "action" in raw and "tool" not in raw:
+        args = dict(raw.get("args", {}))
+        action = str(raw["action"])
+    else:
+        args = dict(raw.get("parameters", {}))
+        action = str(raw.get("tool", ""))
+    return Event(action=action, args=args, status=raw.get("status", "ok"),
+                 output=str(raw.get("output", ""))[:4096], seq=seq)
+

@@ -1,0 +1,1 @@
+"""Behavioural statement packs shipped with callgate."""
