@@ -39,14 +39,20 @@ def events(draw: st.DrawFn, max_size: int = 7) -> list[Event]:
 
 
 @st.composite
-def pattern(draw: st.DrawFn, var: str | None = None, most: int = 2) -> str:
-    """A conjunction of 1 to ``most`` ground atoms, plus a binding or use of ``$v`` when asked."""
+def pattern(
+    draw: st.DrawFn, role: str | None = None, names: tuple[str, ...] = (), most: int = 2
+) -> str:
+    """1 to ``most`` ground atoms, plus bindings (``role="bind"``) or uses of the variables."""
     atoms = draw(st.lists(st.sampled_from(GROUND_ATOMS), min_size=1, max_size=most))
-    if var == "bind":
-        atoms.append(draw(st.sampled_from(("x = $v", "y = $v"))))
-    elif var == "use":
-        atoms.append(draw(st.sampled_from(
-            ("x = $v", "y = $v", "output contains $v", "y contains $v"))))
+    for name in names if role else ():
+        if role == "bind":
+            atoms.append(draw(st.sampled_from((f"x = ${name}", f"y = ${name}"))))
+            if draw(st.integers(0, 4)) == 0:  # a second occurrence in the binding pattern
+                atoms.append(draw(st.sampled_from((f"y = ${name}", f"output contains ${name}"))))
+        else:
+            atoms.append(draw(st.sampled_from(
+                (f"x = ${name}", f"y = ${name}", f"output contains ${name}",
+                 f"y contains ${name}"))))
     return " and ".join(atoms)
 
 
@@ -60,19 +66,19 @@ def statement(form: str) -> st.SearchStrategy[str]:
 
 @st.composite
 def form_statement(draw: st.DrawFn, form: str) -> str:
-    """A statement of one of the six preset forms, with or without a variable."""
+    """A statement of one of the six preset forms, with zero, one or two variables."""
     if form == "abs":
         return f"abs({draw(pattern())})"
-    with_var = draw(st.booleans())
+    names = ("v", "w")[: draw(st.sampled_from((0, 1, 1, 2)))]
     if form == "until":
-        first = draw(pattern("bind" if with_var else None, most=1))
-        where = draw(st.sampled_from(("resolver", "bad", "both"))) if with_var else ""
         # One atom each: longer patterns rarely line up into a broken interval.
-        resolver = draw(pattern("use" if where in ("resolver", "both") else None, most=1))
-        bad = draw(pattern("use" if where in ("bad", "both") else None, most=1))
+        first = draw(pattern("bind", names, most=1))
+        where = draw(st.sampled_from(("resolver", "bad", "both")))
+        resolver = draw(pattern("use" if where != "bad" else None, names, most=1))
+        bad = draw(pattern("use" if where != "resolver" else None, names, most=1))
         return f"until({first}, {resolver}, {bad})"
-    first = draw(pattern("bind" if with_var else None))
-    second = draw(pattern("use" if with_var else None))
+    first = draw(pattern("bind", names))
+    second = draw(pattern("use", names))
     head = f"bresp[{draw(st.integers(1, 3))}]" if form == "bresp" else form
     return f"{head}({first}, {second})"
 
