@@ -118,7 +118,8 @@ def test_alert_statements_allow_and_record_an_alert(tmp_path: Path) -> None:
     policy = parse_policy(
         "name: p\nversion: 1\nprincipal: {name: a, capabilities: [{tool_class: function}]}\n"
         "rules: [{id: all, decision: allow}]\nrun_state: {behavioral_rules: false}\n"
-        "behavior:\n  - id: no-big\n    enforce: alert\n    rule: abs(action = pay and amount > 1000)\n")
+        "behavior:\n  - id: no-big\n    enforce: alert\n"
+        "    rule: abs(action = pay and amount > 1000)\n")
     db = tmp_path / "a.db"
     with Kernel(policy, working_dir=tmp_path, audit=db) as k:
         assert k.check(fn("pay", amount=5000)).verdict == "allow"
