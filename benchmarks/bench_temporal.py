@@ -78,7 +78,7 @@ def make_event(rng: random.Random) -> Event:
     action = rng.choice(ACTIONS)
     name = f"a{rng.randrange(50)}"
     args: dict[str, Any] = {
-        "path": f"/work/{name}/data.txt",
+        "path": f"/srv/data/{name}.txt",
         "artifact": name,
         "ticket": rng.randrange(100),
         "resource": name,
