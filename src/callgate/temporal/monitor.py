@@ -5,7 +5,8 @@
 ``until`` (a bad event inside an open interval) and ``bresp`` (the l-th event after a trigger
 that is not the response) — without changing any state. ``commit`` appends the event to the
 run. ``finish`` judges the obligations still open when the run ends (``resp``, ``rslv``,
-``eventually``, ``bresp`` windows). Work per event does not depend on the run's length.
+``eventually``, ``bresp`` windows). Work per event does not depend on the run's length (a
+``contains`` use is the one exception: see ``forms``).
 
 Statements are indexed by action: an event skips every statement it provably cannot affect
 (``interest`` below).
