@@ -15,6 +15,7 @@ from typing import Any, TextIO
 import click
 
 from callgate._behaviour import compile_for
+from callgate._check import check_command
 from callgate._errors import CallgateError, Denied, PolicyError, TemporalError
 from callgate._kernel import Kernel
 from callgate._loader import LoadedPolicy, load_policy
@@ -209,6 +210,7 @@ def policy_lint(file: str) -> None:
 
 main.add_command(manifest_group)
 main.add_command(lint_tools_command)
+main.add_command(check_command)
 
 
 @main.command()
