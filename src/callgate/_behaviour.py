@@ -131,11 +131,13 @@ class RunBehaviour:
             events = (self._abstractor.preview(raw) if preview
                       else self._abstractor.abstract(raw))
         # The kernel knows the real taint: the run's, plus the output's once the call has run
-        # (a denied fetch brought nothing in, whatever its tool would have returned).
+        # (a denied fetch brought nothing in, whatever its tool would have returned), plus the
+        # taint of earlier outputs an argument's value was copied from (value flow).
         out = []
         for i, ev in enumerate(events):
             args = {**ev.args, **extra} if i == 0 else ev.args
-            out.append(dataclasses.replace(ev, args=args, taint=taint))
+            flowed = taint.union(*(f.taint for f in ev.flows)) if ev.flows else taint
+            out.append(dataclasses.replace(ev, args=args, taint=flowed))
         return out
 
 

@@ -71,24 +71,28 @@ def _deny(reason_id: str, check: str, message: str) -> Reason:
     return Reason(id=reason_id, check=check, message=message)
 
 
-def _measure(value: Any, level: int = 0) -> tuple[int, int]:
+def _measure(value: Any) -> tuple[int, int]:
     """(approximate size in bytes, nesting depth) of a JSON-like value; stops when too deep."""
-    if isinstance(value, str):
-        return len(value), level
-    if level > MAX_PARAMETER_DEPTH:
-        return 0, level
-    items: Any
-    if isinstance(value, Mapping):
-        items = [*value.keys(), *value.values()]
-    elif isinstance(value, list | tuple):
-        items = value
-    else:
-        return 8, level
-    size, depth = 2, level + 1
-    for item in items:
-        s, d = _measure(item, level + 1)
-        size += s + 1
-        depth = max(depth, d)
+    size, depth = 0, 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, str):
+            size += len(item) + 2
+            continue
+        depth = max(depth, level)
+        if level > MAX_PARAMETER_DEPTH:
+            break
+        if isinstance(item, Mapping):
+            size += 2
+            for key, inner in item.items():
+                size += len(key) + 3 if isinstance(key, str) else 8
+                stack.append((inner, level + 1))
+        elif isinstance(item, list | tuple):
+            size += 2
+            stack.extend((inner, level + 1) for inner in item)
+        else:
+            size += 8
     return size, depth
 
 

@@ -20,12 +20,16 @@ CLASS_OUTPUT_TAINT: dict[str, str] = {
 
 
 class TaintTracker:
-    """The taint of one run: monotonic, a union of every label seen so far."""
+    """The taint of one run: monotonic, a union of every label seen so far.
+
+    One label is kept per source (the first origin it came from), so the cost of a call does
+    not grow with the number of distinct origins a long run has seen.
+    """
 
     __slots__ = ("_labels", "_sources")
 
     def __init__(self) -> None:
-        self._labels: dict[tuple[str, str], TaintLabel] = {}
+        self._labels: dict[str, TaintLabel] = {}
         self._sources: frozenset[str] = frozenset()
 
     @property
@@ -41,12 +45,11 @@ class TaintTracker:
         """Add labels to the run. There is no way to remove one."""
         changed = False
         for label in labels:
-            key = (label.source, label.origin)
-            if key not in self._labels:
-                self._labels[key] = label
+            if label.source not in self._labels:
+                self._labels[label.source] = label
                 changed = True
         if changed:
-            self._sources = frozenset(src for src, _ in self._labels)
+            self._sources = frozenset(self._labels)
 
     def input_taint(self, call: ToolCall) -> frozenset[str]:
         """The sources a pending call is tainted by: its own labels plus the run's."""
@@ -58,8 +61,8 @@ class TaintTracker:
                       produced: Iterable[TaintLabel] = ()) -> list[TaintLabel]:
         """Labels for a call's output: its inputs' taint, the boundary's, and ``tool-output``."""
         labels = [
-            TaintLabel(source=src, origin=origin, propagated_from=call.id)
-            for src, origin in self._labels
+            TaintLabel(source=src, origin=first.origin, propagated_from=call.id)
+            for src, first in self._labels.items()
         ]
         labels.extend(call.taint)
         labels.extend(produced)
