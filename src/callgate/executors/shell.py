@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Sequence
 from typing import Any
@@ -152,7 +153,7 @@ class ShellExecutor:
             if not isinstance(argv, list) or not argv or not all(
                     isinstance(a, str) for a in argv):
                 raise failed("params.invalid", "'argv' must be a non-empty list of strings")
-            self._check_words(argv)
+            self._check_argv(argv)
             return list(argv)
         if not isinstance(command, str) or not command.strip():
             raise failed("params.invalid", "'command' must be a non-empty string")
@@ -174,6 +175,18 @@ class ShellExecutor:
             rid = "shell.wrapper" if compound.startswith("wrapper") else "shell.metacharacter"
             raise denied(rid, f"{compound}; only a single plain command may run")
         return ["sh", "-c", command]
+
+    def _check_argv(self, argv: list[str]) -> None:
+        # An argv runs as is, but a wrapper at its head (sudo, env, timeout, bash -c) runs
+        # another program: read it the way the parser reads a line, and check what it runs.
+        self._check_words(argv)
+        for cmd in abstract_shell(shlex.join(argv)):
+            self._check_wrappers(cmd)
+            if cmd.words:
+                self._check_words(list(cmd.words))
+            if cmd.wrappers and not self.allow_metacharacters:
+                raise denied("shell.wrapper", f"wrapper {' '.join(cmd.wrappers)!r} runs "
+                             "another program; only a single plain command may run")
 
     def _check_wrappers(self, cmd: ShellCommand) -> None:
         for wrapper in cmd.wrappers:

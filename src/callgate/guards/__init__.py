@@ -38,7 +38,10 @@ if TYPE_CHECKING:
 
 def build_guards(settings: GuardSettings | None = None, *,
                  state_path: str | None = None) -> list[Guard]:
-    """The enabled guards, in checking order: injection, secrets, provenance, egress.
+    """The enabled guards, in checking order: injection, egress, secrets, provenance.
+
+    Egress comes before secrets so that a secret riding in a URL is named by its shape
+    (``guard.egress.sensitive-ping``); every guard observes every decided call.
 
     ``state_path`` is a SQLite file where fingerprints of secrets and planted content are kept
     across runs; without it they last for the guards' lifetime (one run). Raises
@@ -51,12 +54,12 @@ def build_guards(settings: GuardSettings | None = None, *,
     guards: list[Guard] = []
     if settings.injection.enabled:
         guards.append(InjectionGuard(settings.injection.extra_phrases))
+    if settings.egress.enabled:
+        guards.append(EgressGuard(settings.egress, store if settings.secrets.enabled else None))
     if settings.secrets.enabled and store is not None:
         guards.append(SecretsGuard(store))
     if settings.provenance.enabled and store is not None:
         guards.append(ProvenanceGuard(store))
-    if settings.egress.enabled:
-        guards.append(EgressGuard(settings.egress, store if settings.secrets.enabled else None))
     return guards
 
 

@@ -45,6 +45,7 @@ from callgate.guards._text import (
     SECRET_RESOURCE,
     SENSITIVE_PATH,
     decoded_forms,
+    entropy,
     is_hex,
     looks_encoded,
     walk_strings,
@@ -80,6 +81,17 @@ def _data_bytes(text: str) -> int:
         if (letters and digits) or looks_encoded(token, min_len=16):
             total += len(token)
     return total
+
+
+def _encoded_label(label: str, size: int) -> bool:
+    """A DNS label (case-folded by every resolver) that reads as base64/base32 data: long, no
+    hyphen, at least 3.5 bits of entropy per character, and either three or more digits or
+    fewer than one vowel in four letters (words have about two in five)."""
+    if len(label) < size or "-" in label or entropy(label) < 3.5:
+        return False
+    letters = [c for c in label if c.isalpha()]
+    vowels = sum(c in "aeiou" for c in letters)
+    return sum(c.isdigit() for c in label) >= 3 or vowels < 0.25 * max(len(letters), 1)
 
 
 class _Request:
@@ -159,9 +171,7 @@ class EgressGuard:
         for label in req.labels:
             if len(label) >= s.label_hex_chars and is_hex(label):
                 return _reason("dns-label", f"subdomain label of {len(label)} hex characters")
-            if looks_encoded(label, min_len=s.label_encoded_chars) or (
-                    len(label) >= s.label_encoded_chars and _data_bytes(label) >= len(label)
-                    and sum(c.isdigit() for c in label) >= 4):
+            if _encoded_label(label, s.label_encoded_chars):
                 return _reason("dns-label", f"subdomain label of {len(label)} encoded characters")
         if sum(len(label) for label in req.labels) > s.subdomain_chars:
             return _reason("dns-label", f"subdomain labels longer than {s.subdomain_chars}")
@@ -169,9 +179,14 @@ class EgressGuard:
 
     def _values(self, call: ToolCall, req: _Request) -> Reason | None:
         size = self.settings.value_encoded_chars
-        for value in [*req.query, *req.segments]:
+        for value in req.query:
             if any(looks_encoded(t, min_len=size) for t in _TOKEN.findall(value)):
                 return _reason("query-data", f"a URL value holds {size}+ characters of data")
+        for segment in req.segments:
+            # Commit ids and content digests (hex, up to SHA-256's 64) are ordinary in paths.
+            tokens = [t for t in _TOKEN.findall(segment) if not (is_hex(t) and len(t) <= 64)]
+            if any(looks_encoded(t, min_len=size) for t in tokens):
+                return _reason("query-data", f"a URL path holds {size}+ characters of data")
         for name, value in req.custom_headers().items():
             if name in _SHAPE_EXEMPT_HEADERS:
                 continue
