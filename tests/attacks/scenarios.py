@@ -226,8 +226,13 @@ def _steps(run: Mapping[str, Any], ctx: _Context) -> Iterator[dict[str, Any]]:
             yield call
 
 
-def run_scenario(path: Path, tmp: Path, server: LocalServer) -> Outcome:
-    """Run one scenario file in ``tmp`` against ``server``; never raises on a denial."""
+def run_scenario(path: Path, tmp: Path, server: LocalServer, *,
+                 guards: GuardSettings | None = None) -> Outcome:
+    """Run one scenario file in ``tmp`` against ``server``; never raises on a denial.
+
+    ``guards`` replaces the scenario's (and its policy's) guard settings, e.g. to show what
+    gets through with the guards off.
+    """
     data = yaml.safe_load(path.read_text())
     setup = data.get("setup") or {}
     ctx = _Context(tmp, server, setup.get("values") or {})
@@ -239,7 +244,8 @@ def run_scenario(path: Path, tmp: Path, server: LocalServer) -> Outcome:
     settings = ExecutorSettings(
         http=HttpSettings(allowed_addresses=(PUBLIC_ADDRESS,), system_dns=False, timeout_s=5.0),
         databases=databases)
-    guard_settings = GuardSettings.model_validate(data["guards"]) if data.get("guards") else None
+    guard_settings = guards or (
+        GuardSettings.model_validate(data["guards"]) if data.get("guards") else None)
     for number, run in enumerate(data["runs"], start=1):
         loaded = _policy(run.get("policy", data["policy"]), ctx)
         approve = bool(data.get("approve"))
