@@ -340,12 +340,11 @@ def test_behaviour_statement_weakened_is_reported(wide: list[dict[str, str]], ru
 
 
 def test_run_state_loosened_is_reported_and_tightened_passes() -> None:
-    base = behaviour_manifest([], quarantine_after_denials=5, window=20)
-    loose = behaviour_manifest([], quarantine_after_denials=9, window=5, behavioral_rules=False)
+    base = behaviour_manifest([], quarantine_after_denials=5)
+    loose = behaviour_manifest([], quarantine_after_denials=9, behavioral_rules=False)
     assert [str(f) for f in verify_manifest(base, loose)] == [
         "[high] run_state.loosened run_state: quarantine_after_denials raised from 5 to 9",
         "[high] run_state.loosened run_state: behavioral_rules turned off",
-        "[high] run_state.loosened run_state: window shrunk from 20 to 5",
     ]
-    tight = behaviour_manifest([], quarantine_after_denials=2, window=50)
+    tight = behaviour_manifest([], quarantine_after_denials=2)
     assert verify_manifest(base, tight) == []

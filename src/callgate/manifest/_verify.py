@@ -324,8 +324,6 @@ def _compare_run_state(old: Mapping[str, Any] | None,
                    f"{new['quarantine_after_denials']}")
     if old["behavioral_rules"] and not new["behavioral_rules"]:
         why.append("behavioral_rules turned off")
-    if new["window"] < old["window"]:
-        why.append(f"window shrunk from {old['window']} to {new['window']}")
     return [Finding(POLICY_SEVERITY, "run_state.loosened", "run_state", w) for w in why]
 
 
