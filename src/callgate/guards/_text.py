@@ -52,7 +52,7 @@ SENSITIVE_PATH = re.compile(
 SECRET_RESOURCE = re.compile(r"\b(secrets?|credentials?|api_keys?|passwords?|tokens)\b|/vault/|"
                              r"//vault\.|/v1/secret", re.IGNORECASE)
 #: Token-like runs that are candidates for high-entropy secrets.
-_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_.~-]{20,}")
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/_.~-]{20,}")
 
 
 def walk_strings(value: Any, depth: int = 0) -> Iterator[str]:

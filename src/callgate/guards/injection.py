@@ -63,9 +63,16 @@ _WORD = re.compile(r"\w+")
 
 def normalise(text: str) -> str:
     """NFKC, invisible characters removed, look-alikes mapped to Latin, folded, collapsed."""
-    text = unicodedata.normalize("NFKC", text)
-    text = _INVISIBLE.sub("", text).casefold()
-    return _SPACES.sub(" ", text.translate(_TABLE)).strip()
+    text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    # Mapped before and after case folding: folding turns some look-alikes into letters
+    # that look like nothing Latin (final sigma into sigma), and capitals into small ones.
+    return _SPACES.sub(" ", text.translate(_TABLE).casefold().translate(_TABLE)).strip()
+
+
+def _unmapped(text: str) -> str:
+    """``normalise`` without the look-alike map: what a reader sees without squinting."""
+    text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    return _SPACES.sub(" ", text.casefold()).strip()
 
 
 def _script(ch: str) -> str | None:
@@ -115,8 +122,7 @@ class InjectionGuard:
             found = self._phrases.search(normalise(text))
             if found is None:
                 continue
-            plain = _SPACES.sub(" ", text.casefold())
-            what = "phrase" if self._phrases.search(plain) else "homoglyph"
+            what = "phrase" if self._phrases.search(_unmapped(text)) else "homoglyph"
             return Reason(id=f"guard.injection.{what}", check="guard",
                           message=f"a parameter carries an injected instruction "
                                   f"({found.group(0)!r})")
