@@ -14,11 +14,14 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from callgate._model import Event, ToolCall
 from callgate._policy import BehaviorStatement, Policy, ToolPolicy
 from callgate.temporal import BehaviorSet, Monitor, Violation, compile_behavior
+
+if TYPE_CHECKING:
+    from callgate.abstraction import Abstractor
 
 #: Risk of a tool class, for "denied, then asked for something riskier" (data for the pack).
 CLASS_RISK: dict[str, int] = {"http": 1, "database": 2, "file": 3, "shell": 5}
@@ -95,6 +98,9 @@ class RunBehaviour:
         self._descriptions = dict(descriptions or {})
         self._abstractor = _abstractor(working_dir)
         self._next = 1
+        # The events of the last pending call as checked: committed as they are when nothing
+        # about the call changed, so neither the abstraction nor the monitors redo the work.
+        self._pending: tuple[Mapping[str, Any], list[Event], list[Event]] | None = None
 
     @property
     def length(self) -> int:
@@ -103,17 +109,39 @@ class RunBehaviour:
     def check(self, raw: Mapping[str, Any], extra: Mapping[str, Any],
               taint: frozenset[str]) -> list[Violation]:
         """What the pending call's events would break; no state changes."""
+        plain = self._abstract(raw, preview=True)
+        events = _augment(plain, extra, taint)
         violations: list[Violation] = []
-        for event in self._events(raw, extra, taint, preview=True):
+        for event in events:
             violations.extend(self._monitor.check_pending(event))
+        self._pending = (raw, plain, events)
         return violations
 
     def commit(self, raw: Mapping[str, Any], extra: Mapping[str, Any],
                taint: frozenset[str]) -> None:
         """Append the decided (or executed) call's events, with its status and output."""
-        for event in self._events(raw, extra, taint, preview=False):
+        events = self._reuse(raw, extra, taint)
+        if events is None:
+            events = _augment(self._abstract(raw, preview=False), extra, taint)
+        for event in events:
             self._monitor.commit(event)
             self._next = event.seq + 1
+
+    def _reuse(self, raw: Mapping[str, Any], extra: Mapping[str, Any],
+               taint: frozenset[str]) -> list[Event] | None:
+        """The checked events, when the committed call is the checked one with no output."""
+        pending, self._pending = self._pending, None
+        if (pending is None or "output" in raw or self._abstractor is None
+                or pending[0].get("parameters") is not raw.get("parameters")
+                or pending[0].get("tool") != raw.get("tool")):
+            return None
+        _, plain, checked = pending
+        status = raw.get("status", "ok")
+        self._abstractor.accept(plain)
+        if status == "ok" and all(e.taint == taint for e in checked) and not extra.keys() - (
+                checked[0].args.keys() if checked else set()):
+            return checked  # the very objects the monitors checked: their plans are reused
+        return _augment([dataclasses.replace(e, status=status) for e in plain], extra, taint)
 
     def finish(self) -> list[Violation]:
         return self._monitor.finish()
@@ -123,25 +151,25 @@ class RunBehaviour:
         described = self._descriptions.get(v.statement)
         return f"{described} ({v.message})" if described else v.message
 
-    def _events(self, raw: Mapping[str, Any], extra: Mapping[str, Any], taint: frozenset[str],
-                *, preview: bool) -> list[Event]:
+    def _abstract(self, raw: Mapping[str, Any], *, preview: bool) -> list[Event]:
         if self._abstractor is None:
-            events = [_plain_event(raw, self._next)]
-        else:
-            events = (self._abstractor.preview(raw) if preview
-                      else self._abstractor.abstract(raw))
-        # The kernel knows the real taint: the run's, plus the output's once the call has run
-        # (a denied fetch brought nothing in, whatever its tool would have returned), plus the
-        # taint of earlier outputs an argument's value was copied from (value flow).
-        out = []
-        for i, ev in enumerate(events):
-            args = {**ev.args, **extra} if i == 0 else ev.args
-            flowed = taint.union(*(f.taint for f in ev.flows)) if ev.flows else taint
-            out.append(dataclasses.replace(ev, args=args, taint=flowed))
-        return out
+            return [_plain_event(raw, self._next)]
+        return self._abstractor.preview(raw) if preview else self._abstractor.abstract(raw)
 
 
-def _abstractor(working_dir: str) -> Any:
+def _augment(events: list[Event], extra: Mapping[str, Any], taint: frozenset[str]) -> list[Event]:
+    # The kernel knows the real taint: the run's, plus the output's once the call has run (a
+    # denied fetch brought nothing in, whatever its tool would have returned), plus the taint of
+    # earlier outputs an argument's value was copied from (value flow).
+    out = []
+    for i, ev in enumerate(events):
+        args = {**ev.args, **extra} if i == 0 else ev.args
+        flowed = taint.union(*(f.taint for f in ev.flows)) if ev.flows else taint
+        out.append(dataclasses.replace(ev, args=args, taint=flowed))
+    return out
+
+
+def _abstractor(working_dir: str) -> Abstractor | None:
     try:
         from callgate.abstraction import Abstractor
     except ImportError:  # the abstraction extra is optional: calls then map to one event each

@@ -71,8 +71,15 @@ def _deny(reason_id: str, check: str, message: str) -> Reason:
     return Reason(id=reason_id, check=check, message=message)
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def _measure(value: Any) -> tuple[int, int]:
     """(approximate size in bytes, nesting depth) of a JSON-like value; stops when too deep."""
+    if type(value) is dict and all(type(v) in _SCALARS for v in value.values()):
+        # the common case, a flat mapping of scalars, without the general walk
+        return sum(len(str(k)) + (len(v) if type(v) is str else 8)
+                   for k, v in value.items()), 1
     size, depth = 0, 0
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:

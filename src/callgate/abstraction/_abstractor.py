@@ -133,6 +133,18 @@ class Abstractor:
             self._index.add(events[-1].seq, output, taint)
         return events
 
+    def accept(self, events: list[Event], *, output: str = "") -> None:
+        """Take events made by ``preview`` (just before, with no call in between) as abstracted.
+
+        Saves abstracting the same call twice when nothing about it changed after the preview.
+        """
+        if events and events[0].seq != self._seq + 1:
+            raise ValueError("events do not follow the abstracted prefix")
+        self._seq += len(events)
+        if events:
+            taint = frozenset().union(*(e.taint for e in events))
+            self._index.add(events[-1].seq, output[: self.output_bound], taint)
+
     def preview(self, raw: Mapping[str, Any]) -> list[Event]:
         """The events ``raw`` would produce, numbered from ``next_seq``, without changing state."""
         return self._events(raw, None)[0]
