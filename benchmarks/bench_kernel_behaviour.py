@@ -26,8 +26,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from bench_temporal import RULES, make_event
+from bench_temporal import policy as behaviour_set
 
-from bench_temporal import RULES, make_event, policy as behaviour_set
 from callgate import Kernel, Policy
 
 ROOT = Path(__file__).resolve().parents[1]
