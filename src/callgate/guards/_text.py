@@ -18,11 +18,10 @@ from urllib.parse import unquote_plus
 
 #: How deep parameters are walked; the kernel refuses deeper nesting before guards run.
 MAX_DEPTH = 40
-#: Shortest hex or base64 run decoded when looking for smuggled content.
-MIN_ENCODED_RUN = 16
-
-_HEX_RUN = re.compile(r"(?:[0-9a-fA-F]{2}){8,}")
-_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
+#: Hex and base64 runs are decoded from the length a 6-character value (the shortest value
+#: fingerprinted on its own) encodes to.
+_HEX_RUN = re.compile(r"(?:[0-9a-fA-F]{2}){6,}")
+_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}")
 _HEX_ONLY = re.compile(r"^[0-9a-fA-F]+$")
 _B64_ONLY = re.compile(r"^[A-Za-z0-9+/_-]+={0,2}$")
 
@@ -152,7 +151,9 @@ def high_entropy_tokens(text: str, *, min_len: int = 20, min_bits: float = 3.5) 
     for run in _TOKEN_RUN.findall(text):
         if len(run) < min_len or entropy(run) < min_bits:
             continue
-        if not any(c.isdigit() or c in "+/=_" for c in run):
-            continue  # dotted host names and long words are not secrets
+        digits = any(c.isdigit() for c in run)
+        cases = any(c.isupper() for c in run) and any(c.islower() for c in run)
+        if not (digits or (cases and any(c in "+/_" for c in run))):
+            continue  # host names, paths and long words are not secrets
         out.append(run)
     return out
