@@ -89,6 +89,7 @@ def test_globs_the_file_executor_cannot_hold_widen_to_their_directory() -> None:
     assert executor_scope("./a/*/b/**") == "./a/**"
     assert executor_scope("/srv/**") == "/srv/**"
     assert executor_scope("*.md") == "./**"
+    assert executor_scope("~/notes/**") == str(Path.home() / "notes") + "/**"
 
 
 @settings(max_examples=60, deadline=None)

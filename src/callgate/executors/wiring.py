@@ -108,6 +108,7 @@ def _union(values: Iterable[tuple[str, ...] | None]) -> tuple[str, ...] | None:
 def executor_scope(pattern: str) -> str:
     """A path pattern as the file executor holds it: exact, ``dir/**``, or widened to the
     directory before its first wildcard (the kernel's gate checks the glob itself)."""
+    pattern = os.path.expanduser(pattern)  # the kernel's path gate expands ~ the same way
     stem = pattern[:-3] if pattern.endswith("/**") else pattern
     if not _WILDCARDS & set(stem):
         return pattern
