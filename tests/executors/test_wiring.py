@@ -92,11 +92,28 @@ def test_globs_the_file_executor_cannot_hold_widen_to_their_directory() -> None:
     assert executor_scope("~/notes/**") == str(Path.home() / "notes") + "/**"
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.sampled_from(["169.254.169.254", "2852039166", "0xA9FEA9FE", "0251.0376.0251.0376",
-                        "169.254.43518", "127.0.0.1", "127.1", "0x7f000001", "2130706433",
-                        "[::ffff:127.0.0.1]", "[::1]", "0", "10.0.0.1", "0xa.0.0.1"]),
-       st.sampled_from(["/", "/latest/meta-data/", "/admin"]))
+def _spell(value: int, radix: str) -> str:
+    return {"dec": str(value), "oct": "0" + format(value, "o"), "hex": hex(value)}[radix]
+
+
+@st.composite
+def ipv4_spellings(draw: st.DrawFn) -> str:
+    """An internal IPv4 address written the way inet_aton reads it: 1 to 4 parts, each in
+    decimal, octal or hex, the last part holding the remaining bytes."""
+    address = draw(st.sampled_from([(169, 254, 169, 254), (127, 0, 0, 1), (10, 1, 2, 3),
+                                    (192, 168, 0, 1), (0, 0, 0, 0), (172, 16, 5, 4)]))
+    parts = draw(st.integers(min_value=1, max_value=4))
+    head = list(address[:parts - 1])
+    tail = 0
+    for byte in address[parts - 1:]:
+        tail = tail * 256 + byte
+    radixes = draw(st.lists(st.sampled_from(["dec", "oct", "hex"]), min_size=parts,
+                            max_size=parts))
+    return ".".join(_spell(v, r) for v, r in zip([*head, tail], radixes, strict=True))
+
+
+@settings(max_examples=80, deadline=None)
+@given(ipv4_spellings(), st.sampled_from(["/", "/latest/meta-data/", "/admin"]))
 def test_generated_internal_address_spellings_are_refused(spelling: str, path: str) -> None:
     p = policy([{"tool_class": "http"}])
     settings_ = ExecutorSettings(http=HttpSettings(system_dns=False))
@@ -104,6 +121,15 @@ def test_generated_internal_address_spellings_are_refused(spelling: str, path: s
     result = http(call("http", "get", url=f"http://{spelling}{path}"))
     assert result.status == "denied"
     assert reason(result).startswith("ssrf.")
+
+
+@pytest.mark.parametrize("host", ["[::ffff:127.0.0.1]", "[::1]", "[::ffff:a9fe:a9fe]",
+                                  "[64:ff9b::a9fe:a9fe]"])
+def test_ipv6_forms_of_internal_addresses_are_refused(host: str) -> None:
+    settings_ = ExecutorSettings(http=HttpSettings(system_dns=False))
+    http = build_executors(policy([{"tool_class": "http"}]), working_dir=".",
+                           settings=settings_)["http"]
+    assert reason(http(call("http", "get", url=f"http://{host}/"))).startswith("ssrf.")
 
 
 def test_opened_address_and_static_hosts_reach_a_local_server() -> None:
