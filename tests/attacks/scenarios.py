@@ -211,8 +211,11 @@ def _prepare(setup: Mapping[str, Any], ctx: _Context) -> dict[str, str]:
 def _policy(spec: Any, ctx: _Context) -> LoadedPolicy:
     if isinstance(spec, str):
         return load_preset(spec, working_dir=ctx.root / "work")
-    name = spec["file"]
-    text = ctx.text((POLICIES / name).read_text())
+    if "inline" in spec:
+        name, text = "inline", ctx.text(yaml.safe_dump(spec["inline"]))
+    else:
+        name = spec["file"]
+        text = ctx.text((POLICIES / name).read_text())
     loaded = parse_policy(text, f"policies/{name}")
     policy = loaded.policy.model_copy(update={"working_dir": str(ctx.root / "work")})
     return dataclasses.replace(loaded, policy=policy)
