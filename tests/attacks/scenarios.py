@@ -1,7 +1,8 @@
 """Runs attack and benign scenarios (YAML data) against the kernel and the real executors.
 
 A scenario file has ``name``, ``kind`` (``attack`` or ``benign``), ``story``, ``policy`` (a preset
-name, or ``{file: NAME}`` for a policy under ``policies/``), optional ``guards`` (settings),
+name, ``{file: NAME}`` for a policy under ``policies/``, or ``{inline: {...}}``), optional
+``guards`` (settings), ``approve`` (a human approves what the policy sends for approval),
 ``setup`` (``files``, ``symlinks``, ``databases``, ``routes``, ``values``) and ``runs`` (each
 with ``steps`` and optionally its own ``policy``); attacks add ``expect: blocked`` and ``by``
 (reason ids or id prefixes, any of which may stop it).
