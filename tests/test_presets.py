@@ -74,3 +74,8 @@ def test_strict_quarantines_after_two_denials(workdir: Path) -> None:
 ])
 def test_deny_all_denies_everything(workdir: Path, c: dict[str, object]) -> None:
     assert kernel_for("deny-all", workdir).check(c).verdict == "deny"
+
+
+def test_workspace_assistant_grants_no_interpreter(workdir: Path) -> None:
+    k = kernel_for("workspace-assistant", workdir)
+    assert k.check(call("shell", "exec", command="python -c 'import os'")).verdict == "deny"

@@ -56,7 +56,7 @@ def test_workspace_assistant_grants_the_small_command_list_and_approves_writes()
     policy = load_preset("workspace-assistant").policy
     assert policy.principal is not None
     grants = {c.tool_class: c for c in policy.principal.capabilities}
-    assert grants["shell"].constraints.allowed_commands == ("ls", "cat", "grep", "git", "python")
+    assert grants["shell"].constraints.allowed_commands == ("ls", "cat", "grep", "git")
     writes = [r for r in policy.rules if r.match.action == ("write",)]
     assert [r.decision for r in writes] == ["require-approval"]
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from callgate._hosts import check_host, host_of
 from callgate._model import Event, ToolCall
-from callgate._policy import BehaviorStatement, Policy, ToolPolicy
+from callgate._policy import BehaviorStatement, Capability, Policy, ToolPolicy
 from callgate.temporal import BehaviorSet, Monitor, Violation, compile_behavior
 
 if TYPE_CHECKING:
@@ -73,7 +74,22 @@ def _command_text(params: Mapping[str, Any]) -> str | None:
     return None
 
 
-def call_args(call: ToolCall, declared: ToolPolicy | None) -> dict[str, Any]:
+def granted_host(call: ToolCall, grants: Sequence[Capability]) -> str | None:
+    """The call's host when a grant for its action lists that host by name (an explicit,
+    human-made allow-list entry, not a grant of every host)."""
+    url = call.parameters.get("url")
+    if call.tool_class != "http" or not isinstance(url, str):
+        return None
+    for grant in grants:
+        hosts = grant.constraints.allowed_hosts
+        if (grant.tool_class == "http" and grant.covers_action(call.action) and hosts
+                and check_host(url, hosts) is None):
+            return host_of(url)
+    return None
+
+
+def call_args(call: ToolCall, declared: ToolPolicy | None,
+              grants: Sequence[Capability] = ()) -> dict[str, Any]:
     """Arguments the kernel adds to a call's own event (beyond its parameters)."""
     extra: dict[str, Any] = {
         "tool_class": call.tool_class,
@@ -82,6 +98,9 @@ def call_args(call: ToolCall, declared: ToolPolicy | None) -> dict[str, Any]:
     }
     if declared is not None:
         extra["risk"] = declared.risk
+    host = granted_host(call, grants)
+    if host is not None:
+        extra["granted_host"] = host
     text = _command_text(call.parameters)
     if text is not None:
         extra["command_text"] = text

@@ -41,6 +41,7 @@ from callgate._taint import TaintTracker
 from callgate._toolpolicy import check_stance, check_usage
 from callgate._tools import tool_decorator
 from callgate.audit import AuditStore
+from callgate.guards import build_guards
 from callgate.manifest import build_manifest, manifest_hash
 from callgate.sandbox import BackendName
 from callgate.sandbox.executor import SubprocessExecutor
@@ -108,13 +109,15 @@ class Kernel:
 
     ``policy`` is a ``Policy`` (or anything with a ``.policy`` attribute, such as a loaded file);
     ``working_dir`` defaults to the policy's ``working_dir``, then the current directory.
+    ``guards`` defaults to the content guards the policy's ``guards`` section configures (all on
+    when it is absent); ``guard_state`` is a SQLite file where they remember secrets across runs.
     """
 
     def __init__(self, policy: Policy | Any, *, audit: str | os.PathLike[str] | AuditStore | None
                  = None, working_dir: str | os.PathLike[str] | None = None,
                  approval_handler: ApprovalHandler | None = None, approval_timeout_s: float = 60.0,
                  run_id: str | None = None, clock: Callable[[], float] = time.time,
-                 guards: Sequence[Guard] = ()) -> None:
+                 guards: Sequence[Guard] | None = None, guard_state: str | None = None) -> None:
         self.policy: Policy = policy if isinstance(policy, Policy) else policy.policy
         wd = working_dir or self.policy.working_dir or os.getcwd()
         self.working_dir = os.path.realpath(os.fspath(wd))
@@ -138,7 +141,10 @@ class Kernel:
         self._invoked: Counter[str] = Counter()
         self._completed: Counter[str] = Counter()
         self._executors: dict[str, Executor] = {}
-        self._guards = tuple(guards)
+        # Content guards are on unless the caller passes its own list (an empty one turns them
+        # off); ``guard_state`` keeps their fingerprints across runs.
+        self._guards = tuple(guards) if guards is not None else tuple(
+            build_guards(self.policy.guards, state_path=guard_state))
         self._lock = threading.RLock()
         self._ended = False
         self._pending_grant: int | None = None
@@ -172,6 +178,25 @@ class Kernel:
     def execute(self, call: ToolCall | Mapping[str, Any],
                 executor: Executor | None = None) -> ToolResult:
         """Decide, consult the approval handler if needed, then run. Raises ``Denied``."""
+        decision, result = self.mediate(call, executor)
+        if result is None or result.status == "denied":
+            raise Denied(decision, result)
+        return result
+
+    def mediate(self, call: ToolCall | Mapping[str, Any], executor: Executor | None = None
+                ) -> tuple[Decision, ToolResult | None]:
+        """Like ``execute`` without raising: the decision, and the result when the call ran.
+
+        A call stopped while running (sandbox, executor protection) comes back with the deny
+        that recorded it and the result it produced.
+        """
+        try:
+            return self._mediate(call, executor)
+        except Denied as denied:
+            return denied.decision, denied.result
+
+    def _mediate(self, call: ToolCall | Mapping[str, Any], executor: Executor | None
+                 ) -> tuple[Decision, ToolResult | None]:
         with self._lock:
             decision, normalized = self._decide(call)
             if decision.verdict == "require-approval":
@@ -180,7 +205,7 @@ class Kernel:
                 self._commit(normalized, decision, None)
                 raise Denied(decision)
             run = executor or self._executor_for(normalized)
-            return self._run(normalized, run, decision)
+            return decision, self._run(normalized, run, decision)
 
     def register_executor(self, key: str, executor: Executor) -> None:
         """Route calls of a tool name or tool class to ``executor``."""
@@ -439,7 +464,7 @@ class Kernel:
     def _event_inputs(self, call: ToolCall) -> tuple[dict[str, Any], dict[str, Any]]:
         raw = {"tool": call.tool, "tool_class": call.tool_class, "action": call.action,
                "parameters": call.parameters}
-        return raw, call_args(call, self._tools.get(call.tool))
+        return raw, call_args(call, self._tools.get(call.tool), self._grants)
 
     def _commit(self, call: ToolCall, decision: Decision, result: ToolResult | None) -> None:
         """Append the call's events to the behavioural trace with their final status."""

@@ -8,70 +8,17 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import click
 
-from callgate._behaviour import compile_for
 from callgate._check import check_command
-from callgate._errors import CallgateError, Denied, PolicyError, TemporalError
+from callgate._cliutil import decision_json, fail, load_cli_policy, read_json_lines
+from callgate._errors import CallgateError, Denied
 from callgate._kernel import Kernel
-from callgate._loader import LoadedPolicy, load_policy
-from callgate._model import Decision
 from callgate.manifest.cli import lint_tools_command, manifest_group
-from callgate.presets import load_preset, preset_names
-
-
-def _fail(message: str, code: int = 2) -> None:
-    click.echo(message, err=True)
-    sys.exit(code)
-
-
-def load_cli_policy(policy: str | None, preset: str | None) -> LoadedPolicy:
-    """Load ``--policy FILE`` or ``--preset NAME``; a load error exits 2 naming its places."""
-    if (policy is None) == (preset is None):
-        _fail("give exactly one of --policy FILE or --preset NAME")
-    try:
-        if preset is not None:
-            return load_preset(preset)
-        assert policy is not None
-        loaded = load_policy(policy)
-        compile_for(loaded.policy, loaded)  # behaviour statements report file:line:col too
-        return loaded
-    except (PolicyError, TemporalError) as exc:
-        _fail(f"policy error:\n{exc}")
-    except CallgateError as exc:
-        _fail(f"error: {exc}")
-    raise AssertionError("unreachable")
-
-
-def decision_json(decision: Decision) -> dict[str, Any]:
-    """A decision as one JSON object: verdict, reasons with ids, witness when there is one."""
-    out: dict[str, Any] = {
-        "verdict": decision.verdict,
-        "reasons": [r.model_dump() for r in decision.reasons],
-    }
-    if decision.witness is not None:
-        out["witness"] = decision.witness.model_dump()
-    return out
-
-
-def read_json_lines(stream: TextIO) -> Iterator[tuple[int, dict[str, Any] | str]]:
-    """Each non-blank line as (line number, object) or (line number, error message)."""
-    for number, line in enumerate(stream, start=1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield number, f"line {number}: not JSON ({exc.msg} at column {exc.colno})"
-            continue
-        if not isinstance(value, dict):
-            yield number, f"line {number}: a call must be a JSON object"
-            continue
-        yield number, value
+from callgate.presets import preset_names
 
 
 @click.group()
@@ -98,7 +45,7 @@ def decide(policy: str | None, preset: str | None, audit_db: str | None,
     try:
         kernel = Kernel(loaded, audit=audit_db, working_dir=working_dir)
     except CallgateError as exc:
-        _fail(f"error: {exc}")
+        fail(f"error: {exc}")
     with kernel:
         for _, item in read_json_lines(sys.stdin):
             if isinstance(item, str):
@@ -131,7 +78,7 @@ def exec_(policy: str | None, preset: str | None, tool: str, audit_db: str | Non
     try:
         kernel = Kernel(loaded, audit=audit_db)
     except CallgateError as exc:
-        _fail(f"error: {exc}")
+        fail(f"error: {exc}")
     with kernel:
         try:
             result = kernel.run_subprocess(tool, list(command), backend=backend,  # type: ignore[arg-type]
@@ -172,13 +119,13 @@ def audit_verify(db: str, public_key: str | None) -> None:
     from callgate.audit import AuditStore
 
     if not Path(db).is_file():
-        _fail(f"error: audit log {db} does not exist")
+        fail(f"error: audit log {db} does not exist")
     key = Path(public_key).read_bytes() if public_key else None
     try:
         with AuditStore.open(db) as store:
             report = store.verify(public_key=key)
     except CallgateError as exc:
-        _fail(f"error: {exc}")
+        fail(f"error: {exc}")
     if report.ok:
         click.echo(f"ok: {report.checked} records, chain intact")
         return
@@ -211,6 +158,12 @@ def policy_lint(file: str) -> None:
 main.add_command(manifest_group)
 main.add_command(lint_tools_command)
 main.add_command(check_command)
+try:  # `callgate run` needs the executors extra (httpx, sqlglot)
+    from callgate.executors.cli import run_command
+except ImportError:  # pragma: no cover - exercised only without the extra
+    pass
+else:
+    main.add_command(run_command)
 
 
 @main.command()

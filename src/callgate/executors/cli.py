@@ -24,11 +24,10 @@ from typing import Any
 
 import click
 
-from callgate._errors import CallgateError, Denied
+from callgate._cliutil import decision_json, load_cli_policy, read_json_lines
+from callgate._errors import CallgateError
 from callgate._kernel import Kernel
-from callgate.cli import decision_json, load_cli_policy, read_json_lines
 from callgate.executors.wiring import build_executors
-from callgate.guards import build_guards
 from callgate.presets import preset_names
 
 #: Longest ``output`` printed, in characters of its JSON text.
@@ -64,15 +63,16 @@ def run_one(kernel: Kernel, number: int, item: dict[str, Any] | str) -> str:
                    *body["reasons"]]
         return _line(number, "deny", reasons, "denied", None, item)
     try:
-        result = kernel.execute(item)
-    except Denied as denied:
-        body = decision_json(denied.decision)
-        output = denied.result.output if denied.result is not None else None
-        return _line(number, "deny", body["reasons"], "denied", output, None)
+        decision, result = kernel.mediate(item)
     except CallgateError as exc:
         # Allowed, but nothing can run it (no executor for its class): an error, not a deny.
         return _line(number, "allow", [], "error", None, f"executor.missing: {exc}")
-    return _line(number, "allow", [], result.status, result.output, result.error)
+    reasons = decision_json(decision)["reasons"]
+    if decision.verdict != "allow":
+        output = result.output if result is not None else None
+        return _line(number, "deny", reasons, "denied", output, None)
+    assert result is not None
+    return _line(number, "allow", reasons, result.status, result.output, result.error)
 
 
 @click.command("run")
@@ -90,9 +90,8 @@ def run_command(policy: str | None, preset: str | None, audit_db: str | None,
     loaded = load_cli_policy(policy, preset)
     wd = os.path.realpath(working_dir or loaded.policy.working_dir or os.getcwd())
     try:
-        guards = build_guards(loaded.policy.guards, state_path=state)
         executors = build_executors(loaded.policy, working_dir=wd)
-        kernel = Kernel(loaded, audit=audit_db, working_dir=wd, guards=guards)
+        kernel = Kernel(loaded, audit=audit_db, working_dir=wd, guard_state=state)
     except CallgateError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
