@@ -94,3 +94,17 @@ def test_any_text_abstracts_without_raising_and_never_silently_drops_a_call(text
     for event in events:
         assert event.action
         assert "argv" in event.args or "assignments" in event.args or event.action == "parse_error"
+
+
+def test_lines_that_crash_the_bash_grammar_are_a_parse_error_not_a_crash() -> None:
+    # tree-sitter-bash reads out of bounds on some lines with a "{" followed later by a
+    # character outside the Basic Multilingual Plane; such lines must never reach it.
+    [cmd] = abstract_shell("{\U000f862b\U00098000,\u00e5\U0005a587^v")
+    assert cmd.parse_error is not None
+    assert "Basic Multilingual Plane" in cmd.parse_error
+    events = Abstractor().abstract({"tool": "Bash", "parameters": {"command": "echo {a,😀}"}})
+    assert any("parse_error" in e.args for e in events)
+    # an emoji with no brace before it is parsed as usual
+    [plain] = abstract_shell("echo 😀 done")
+    assert plain.parse_error is None
+    assert plain.program == "echo"

@@ -76,6 +76,23 @@ class _LimitError(Exception):
     """Internal: a bound was exceeded while walking the tree."""
 
 
+def _crashes_parser(command: str) -> str | None:
+    """Why ``command`` must not reach tree-sitter-bash, or None.
+
+    The bash grammar's C code reads out of bounds (a crash, or worse, of the whole process) on
+    some lines where a ``{`` is followed, anywhere later, by a character outside the Basic
+    Multilingual Plane (four UTF-8 bytes). Such lines are refused as a parse error instead of
+    parsed; they are rare in real commands (an emoji after a brace).
+    """
+    brace = command.find("{")
+    if brace < 0:
+        return None
+    if any(ord(ch) > 0xFFFF for ch in command[brace + 1:]):
+        return ("command has a '{' followed by a character outside the Basic Multilingual "
+                "Plane, which the shell parser cannot read safely")
+    return None
+
+
 def _parser() -> Parser:
     parser = getattr(_local, "parser", None)
     if parser is None:
@@ -391,6 +408,9 @@ def parse_commands(
     if len(command) > MAX_COMMAND_CHARS:
         return [ShellCommand(words=(), wrappers=wrappers, depth=depth,
                              parse_error=f"command longer than {MAX_COMMAND_CHARS} characters")]
+    unsafe = _crashes_parser(command)
+    if unsafe is not None:
+        return [ShellCommand(words=(), wrappers=wrappers, depth=depth, parse_error=unsafe)]
     source = command.encode("utf-8", "replace")
     tree = _parser().parse(source)
     walker = _Walker(source, depth, wrappers, default_catalog())
