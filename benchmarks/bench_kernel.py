@@ -21,18 +21,23 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
 N = 20_000
 
+# A well-behaved run: allowed reads of the web and of ./data, and a denied request. (A shell
+# call after the fetch would rightly quarantine the run, and the benchmark would then measure
+# quarantine denials instead.)
 CALLS: list[dict[str, Any]] = [
     {"tool": "fetch", "tool_class": "http", "action": "get",
      "parameters": {"url": "https://api.github.com/repos/a/b"}},
     {"tool": "read", "tool_class": "file", "action": "read",
      "parameters": {"path": "./data/notes.txt"}},
-    {"tool": "sh", "tool_class": "shell", "action": "exec", "parameters": {"argv": ["ls", "-la"]}},
-    {"tool": "post", "tool_class": "http", "action": "post",
+    {"tool": "fetch", "tool_class": "http", "action": "get",
+     "parameters": {"url": "https://docs.example.org/guide"}},
+    {"tool": "fetch", "tool_class": "http", "action": "get",
      "parameters": {"url": "https://evil.com/"}},
 ]
 
 
-def measure(audit: str | None, durability: str = "normal") -> dict[str, float]:
+def measure(audit: str | None, durability: str = "normal", *, pack: bool = True,
+            guards: bool = True) -> dict[str, float]:
     policy = load_policy(ROOT / "examples" / "research-agent.yaml")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -45,9 +50,10 @@ def measure(audit: str | None, durability: str = "normal") -> dict[str, float]:
             store = AuditStore.open(work / "audit.db", durability=durability)  # type: ignore[arg-type]
         # quarantine and behavioural rules would change verdicts mid-run; the benchmark measures
         # the steady state of a well-behaved run, so the threshold is raised.
-        settings = policy.policy.run_state.model_copy(update={"quarantine_after_denials": 10**9})
+        settings = policy.policy.run_state.model_copy(
+            update={"quarantine_after_denials": 10**9, "behavioral_rules": pack})
         pol = policy.policy.model_copy(update={"run_state": settings})
-        kernel = Kernel(pol, working_dir=work, audit=store)
+        kernel = Kernel(pol, working_dir=work, audit=store, guards=None if guards else [])
         samples = []
         for i in range(N):
             c = CALLS[i % len(CALLS)]
@@ -67,9 +73,13 @@ def measure(audit: str | None, durability: str = "normal") -> dict[str, float]:
 
 def main() -> int:
     results = {
-        "no audit": measure(None),
-        "sqlite audit (WAL, synchronous=NORMAL)": measure("sqlite", "normal"),
-        "sqlite audit (fsync per decision)": measure("sqlite", "fsync"),
+        "rules only (no guards, no statement pack), no audit": measure(None, pack=False,
+                                                                       guards=False),
+        "rules only, sqlite audit (WAL, synchronous=NORMAL)": measure("sqlite", pack=False,
+                                                                      guards=False),
+        "defaults (guards + statement pack), no audit": measure(None),
+        "defaults, sqlite audit (WAL, synchronous=NORMAL)": measure("sqlite", "normal"),
+        "defaults, sqlite audit (fsync per decision)": measure("sqlite", "fsync"),
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "kernel.json").write_text(json.dumps(results, indent=2))

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 #: Risk of a tool class, for "denied, then asked for something riskier" (data for the pack).
 CLASS_RISK: dict[str, int] = {"http": 1, "database": 2, "file": 3, "shell": 5}
 PACK = "sequences.yaml"
+#: The HTTP actions that send data out (the only ones ``granted_host`` is computed for).
+EGRESS_WRITES = frozenset({"post", "put", "patch", "delete"})
 
 
 @functools.cache
@@ -78,7 +80,7 @@ def granted_host(call: ToolCall, grants: Sequence[Capability]) -> str | None:
     """The call's host when a grant for its action lists that host by name (an explicit,
     human-made allow-list entry, not a grant of every host)."""
     url = call.parameters.get("url")
-    if call.tool_class != "http" or not isinstance(url, str):
+    if call.tool_class != "http" or call.action not in EGRESS_WRITES or not isinstance(url, str):
         return None
     for grant in grants:
         hosts = grant.constraints.allowed_hosts
@@ -114,6 +116,8 @@ class RunBehaviour:
     def __init__(self, behaviors: BehaviorSet, *, working_dir: str,
                  descriptions: Mapping[str, str] | None = None) -> None:
         self._monitor: Monitor = behaviors.monitor()
+        # With no statement there is nothing to judge: calls are not even abstracted.
+        self._idle = len(behaviors) == 0
         self._descriptions = dict(descriptions or {})
         self._abstractor = _abstractor(working_dir)
         self._next = 1
@@ -128,6 +132,8 @@ class RunBehaviour:
     def check(self, raw: Mapping[str, Any], extra: Mapping[str, Any],
               taint: frozenset[str]) -> list[Violation]:
         """What the pending call's events would break; no state changes."""
+        if self._idle:
+            return []
         plain = self._abstract(raw, preview=True)
         events = _augment(plain, extra, taint)
         violations: list[Violation] = []
@@ -139,6 +145,8 @@ class RunBehaviour:
     def commit(self, raw: Mapping[str, Any], extra: Mapping[str, Any],
                taint: frozenset[str]) -> None:
         """Append the decided (or executed) call's events, with its status and output."""
+        if self._idle:
+            return
         events = self._reuse(raw, extra, taint)
         if events is None:
             events = _augment(self._abstract(raw, preview=False), extra, taint)

@@ -36,12 +36,13 @@ def _show(url: str) -> str:
     return repr(url if len(url) <= _SHOW else url[:_SHOW] + "…")
 
 
+_UNSAFE = re.compile(r"[\\\s\x00-\x1f\x7f]")
+
+
 def _unsafe_char(url: str) -> str | None:
     """The first character that parsers disagree about, or ``None``."""
-    for char in url:
-        if char == "\\" or char.isspace() or ord(char) < 0x20 or ord(char) == 0x7F:
-            return char
-    return None
+    found = _UNSAFE.search(url)
+    return None if found is None else found.group()
 
 
 def _normalize_ip(host: str) -> str | None:
