@@ -129,6 +129,11 @@ class RunBehaviour:
     def length(self) -> int:
         return self._next - 1
 
+    @property
+    def idle(self) -> bool:
+        """True when no statement applies: calls need not become events at all."""
+        return self._idle
+
     def check(self, raw: Mapping[str, Any], extra: Mapping[str, Any],
               taint: frozenset[str]) -> list[Violation]:
         """What the pending call's events would break; no state changes."""

@@ -426,6 +426,8 @@ class Kernel:
             Reason(id=rule.id, check="rule", message=rule.reason or rule.decision),))
 
     def _step_behaviour(self, call: ToolCall, taint: frozenset[str]) -> Decision | None:
+        if self._behaviour.idle:
+            return None
         raw, extra = self._event_inputs(call)
         violations = self._behaviour.check(raw, extra, taint)
         return self._enforce(call, violations)
@@ -468,6 +470,8 @@ class Kernel:
 
     def _commit(self, call: ToolCall, decision: Decision, result: ToolResult | None) -> None:
         """Append the call's events to the behavioural trace with their final status."""
+        if self._behaviour.idle:
+            return
         raw, extra = self._event_inputs(call)
         if decision.verdict == "deny":
             raw["status"] = "denied"

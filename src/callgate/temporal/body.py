@@ -54,7 +54,8 @@ class AlwaysMonitor:
             child = self._compile(body.body)
             return lambda ev, pos: full ^ child(ev, pos)
         if isinstance(body, n.And | n.Or):
-            return _junction([self._compile(p) for p in body.parts], isinstance(body, n.And))
+            return _junction([self._compile(p) for p in body.parts], isinstance(body, n.And),
+                             full)
         if isinstance(body, n.Once):
             return self._once(body)
         atom = self._atoms[_index(self._eventually, body)]
@@ -119,7 +120,7 @@ class AlwaysMonitor:
         return result
 
 
-def _junction(children: list[Eval], conjunction: bool) -> Eval:
+def _junction(children: list[Eval], conjunction: bool, full: int) -> Eval:
     if conjunction:
 
         def both(ev: Event, pos: int) -> int:
@@ -136,6 +137,8 @@ def _junction(children: list[Eval], conjunction: bool) -> Eval:
         value = 0
         for child in children:
             value |= child(ev, pos)
+            if value == full:  # true in every world already: the rest cannot add anything
+                return value
         return value
 
     return either

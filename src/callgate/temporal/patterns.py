@@ -248,7 +248,10 @@ class CompiledPattern:
         """The variable-free part of the pattern on ``ev``."""
         if self.actions is not None and ev.action not in self.actions:
             return False
-        return all(test(ev) for test in self.tests)
+        for test in self.tests:  # a plain loop: this is the monitor's innermost call
+            if not test(ev):
+                return False
+        return True
 
     def bind(self, ev: Event, size: int) -> tuple[Any, ...] | None:
         """The environment ``ev`` binds (first pattern, ground part already true), or None."""
