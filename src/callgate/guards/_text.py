@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import math
 import re
 from collections import Counter
@@ -103,8 +104,23 @@ def looks_encoded(text: str, *, min_len: int) -> bool:
     return mixed and entropy(text) >= 3.5
 
 
+#: Strings up to this length have their analyses cached: a run repeats the same values often.
+CACHED_CHARS = 1024
+
+
 def decoded_forms(text: str) -> list[str]:
     """``text`` and what it decodes to: URL escapes, and each long hex or base64 run."""
+    if len(text) <= CACHED_CHARS:
+        return list(_decoded_cached(text))
+    return _decoded(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decoded_cached(text: str) -> tuple[str, ...]:
+    return tuple(_decoded(text))
+
+
+def _decoded(text: str) -> list[str]:
     forms = [text]
     unquoted = unquote_plus(text)
     if unquoted != text:
@@ -133,6 +149,17 @@ def _b64(run: str) -> str | None:
 
 def key_shapes(text: str) -> list[tuple[str, str]]:
     """(shape name, matched text) for every credential shape found in ``text``."""
+    if len(text) <= CACHED_CHARS:
+        return list(_key_shapes_cached(text))
+    return _key_shapes(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_shapes_cached(text: str) -> tuple[tuple[str, str], ...]:
+    return tuple(_key_shapes(text))
+
+
+def _key_shapes(text: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for name, pattern in KEY_SHAPES:
         for match in pattern.finditer(text):

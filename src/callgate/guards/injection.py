@@ -18,13 +18,14 @@ Two rules:
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from callgate._model import Reason, ToolCall, ToolResult
-from callgate.guards._text import walk_strings
+from callgate.guards._text import CACHED_CHARS, walk_strings
 
 #: Cyrillic and Greek letters that render like Latin ones (lower case; input is case-folded).
 CONFUSABLES: Mapping[str, str] = {
@@ -61,8 +62,19 @@ NAME_KEYS = frozenset({"command", "argv", "cmd", "program", "args", "url", "host
 _WORD = re.compile(r"\w+")
 
 
+@functools.lru_cache(maxsize=4096)
+def _normalise_cached(text: str) -> str:
+    return _normalise(text)
+
+
 def normalise(text: str) -> str:
     """NFKC, invisible characters removed, look-alikes mapped to Latin, folded, collapsed."""
+    return _normalise_cached(text) if len(text) <= CACHED_CHARS else _normalise(text)
+
+
+def _normalise(text: str) -> str:
+    if text.isascii():  # nothing to map: NFKC and the look-alike table leave ASCII alone
+        return _SPACES.sub(" ", text.casefold()).strip()
     text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
     # Mapped before and after case folding: folding turns some look-alikes into letters
     # that look like nothing Latin (final sigma into sigma), and capitals into small ones.
@@ -87,6 +99,8 @@ def _script(ch: str) -> str | None:
 
 def mixed_script_word(text: str) -> str | None:
     """The first word mixing Latin letters with Cyrillic or Greek ones, or None."""
+    if text.isascii():
+        return None
     for word in _WORD.findall(unicodedata.normalize("NFKC", text)):
         scripts = {s for s in map(_script, word) if s is not None}
         if "LATIN" in scripts and scripts & {"CYRILLIC", "GREEK"}:
