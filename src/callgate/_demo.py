@@ -18,7 +18,6 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from callgate._errors import Denied
 from callgate._kernel import Kernel
 from callgate._loader import parse_policy
 from callgate._model import ToolCall
@@ -137,13 +136,12 @@ def run_demo(audit_db: str | None) -> int:
 
 
 def _step(kernel: Kernel, call: dict[str, Any]) -> tuple[str, str, str]:
-    try:
-        result = kernel.execute(call)
-    except Denied as denied:
-        last = denied.decision.reasons[-1]
-        return denied.decision.verdict, last.id, last.message
+    decision, result = kernel.mediate(call)
+    last = decision.reasons[-1]
+    if decision.verdict != "allow" or result is None:
+        return decision.verdict, last.id, last.message
     taint = ", ".join(sorted({t.source for t in result.taint} - {"tool-output"})) or "none"
-    return "allow", "allow-reads", f"ran; output tainted: {taint}"
+    return "allow", last.id, f"ran; output tainted: {taint}"
 
 
 def _describe(call: dict[str, Any]) -> str:
