@@ -201,8 +201,8 @@ def _segment_regex(segment: str) -> str:
             out.append("[^/]*")
         elif char == "?":
             out.append("[^/]")
-        elif char == "[" and (end := _class_end(segment, i)) > 0:
-            out.append(_class_regex(segment[i + 1 : end]))
+        elif char == "[" and (end := class_end(segment, i)) > 0:
+            out.append(class_pattern(segment[i + 1 : end]))
             i = end
         else:
             out.append(re.escape(char))
@@ -210,7 +210,7 @@ def _segment_regex(segment: str) -> str:
     return "".join(out)
 
 
-def _class_regex(body: str) -> str:
+def class_pattern(body: str) -> str:
     """A regex class for a glob class body; every member is escaped, and "/" never matches."""
     negate = body[:1] in ("!", "^")
     if negate:
@@ -227,7 +227,7 @@ def _class_regex(body: str) -> str:
     return f"[^/{''.join(members)}]" if negate else f"(?!/)[{''.join(members)}]"
 
 
-def _class_end(segment: str, start: int) -> int:
+def class_end(segment: str, start: int) -> int:
     """Index of the ``]`` closing a class opened at ``start``, or -1 if it is a literal ``[``."""
     i = start + 1
     if i < len(segment) and segment[i] in "!^":

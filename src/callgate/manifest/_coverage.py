@@ -20,6 +20,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from callgate._paths import class_end, class_pattern
+
 _GLOB_CHARS = frozenset("*?[")
 
 #: A segment token: ("lit", char), ("any",) for ``?``, ("star",) for ``*``, ("class", text).
@@ -47,16 +49,6 @@ def _split(pattern: str) -> _Glob:
     return _Glob(anchor, segments, ".." in segments)
 
 
-def _class_end(segment: str, start: int) -> int:
-    """Index of the ``]`` closing a class opened at ``start``, or -1 for a literal ``[``."""
-    i = start + 1
-    if i < len(segment) and segment[i] in "!^":
-        i += 1
-    if i < len(segment) and segment[i] == "]":
-        i += 1  # a leading "]" is a member, as in fnmatch
-    return segment.find("]", i)
-
-
 @functools.lru_cache(maxsize=2048)
 def _tokens(segment: str) -> tuple[Token, ...]:
     out: list[Token] = []
@@ -68,7 +60,7 @@ def _tokens(segment: str) -> tuple[Token, ...]:
                 out.append(("star",))
         elif char == "?":
             out.append(("any",))
-        elif char == "[" and (end := _class_end(segment, i)) > 0:
+        elif char == "[" and (end := class_end(segment, i)) > 0:
             out.append(("class", segment[i + 1 : end]))
             i = end
         else:
@@ -79,19 +71,8 @@ def _tokens(segment: str) -> tuple[Token, ...]:
 
 @functools.lru_cache(maxsize=512)
 def _class_regex(body: str) -> re.Pattern[str]:
-    negate = body[:1] in ("!", "^")
-    if negate:
-        body = body[1:]
-    members: list[str] = []
-    i = 0
-    while i < len(body):
-        if i + 2 < len(body) and body[i + 1] == "-":
-            members.append(f"{re.escape(body[i])}-{re.escape(body[i + 2])}")
-            i += 3
-        else:
-            members.append(re.escape(body[i]))
-            i += 1
-    return re.compile(f"[^/{''.join(members)}]" if negate else f"[{''.join(members)}]")
+    # The same class syntax as the path gate's globs, from the same code.
+    return re.compile(class_pattern(body))
 
 
 def _token_covers(old: Token, new: Token) -> bool:
