@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-# ``re._parser`` is the engine's own parser; typeshed has no stub for it, so it is typed loosely.
+# ``re._parser`` is the engine's own parser; typeshed does not describe it, so it is typed loosely.
 _parser: Any = importlib.import_module("re._parser")
 _c: Any = importlib.import_module("re._constants")
 

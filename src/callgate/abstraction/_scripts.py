@@ -11,11 +11,12 @@ they go through the same shell parser as command lines.
 from __future__ import annotations
 
 import ast
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from tree_sitter import Language, Node, Parser
+from tree_sitter import Node, Parser
+
+from callgate.abstraction._shell import thread_parser
 
 #: Largest script read from disk or from a ``-c`` string.
 MAX_SCRIPT_CHARS = 1_000_000
@@ -27,7 +28,6 @@ _HTTP_MODULES = frozenset({"requests", "httpx", "session", "client", "aiohttp"})
 _SUBPROCESS = frozenset({"run", "call", "check_call", "check_output", "Popen", "getoutput"})
 _DELETES = frozenset({"remove", "unlink", "rmtree", "rmdir", "removedirs"})
 _COPIES = frozenset({"copy", "copy2", "copyfile", "copytree", "move", "rename", "replace"})
-_local = threading.local()
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,13 +186,9 @@ _JS_SPAWN = frozenset({"spawn", "spawnSync", "execFile", "execFileSync"})
 
 
 def _js_parser() -> Parser:
-    parser = getattr(_local, "js", None)
-    if parser is None:
-        import tree_sitter_javascript
+    import tree_sitter_javascript
 
-        parser = Parser(Language(tree_sitter_javascript.language()))
-        _local.js = parser
-    return parser
+    return thread_parser("js", tree_sitter_javascript.language)
 
 
 def _js_text(node: Node) -> str:

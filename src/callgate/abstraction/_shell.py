@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tree_sitter import Language, Node, Parser
@@ -93,14 +94,19 @@ def _crashes_parser(command: str) -> str | None:
     return None
 
 
-def _parser() -> Parser:
-    parser = getattr(_local, "parser", None)
+def thread_parser(name: str, language: Callable[[], object]) -> Parser:
+    """A tree-sitter parser per thread and grammar (parsers are not safe to share)."""
+    parser: Parser | None = getattr(_local, name, None)
     if parser is None:
-        import tree_sitter_bash
-
-        parser = Parser(Language(tree_sitter_bash.language()))
-        _local.parser = parser
+        parser = Parser(Language(language()))
+        setattr(_local, name, parser)
     return parser
+
+
+def _parser() -> Parser:
+    import tree_sitter_bash
+
+    return thread_parser("bash", tree_sitter_bash.language)
 
 
 def _text(node: Node) -> str:
