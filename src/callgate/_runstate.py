@@ -7,13 +7,13 @@ judged by the same monitors as a policy's own ``behavior`` section.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from callgate._model import ToolCall
+from callgate._sensitive import SENSITIVE_PATH
 
 #: (tool_class, action) pairs a quarantined run may still take.
 READ_ONLY_ACTIONS: frozenset[tuple[str, str]] = frozenset(
@@ -28,15 +28,6 @@ READ_ONLY_ACTIONS: frozenset[tuple[str, str]] = frozenset(
     }
 )
 EGRESS_WRITE_ACTIONS = frozenset({"post", "put", "patch", "delete"})
-
-SENSITIVE_PATH = re.compile(
-    r"(^|[/\s~])\.ssh(/|$|\s)|(^|[/\s])\.env($|[./\s])|(^|[/\s~])\.aws(/|$)|id_rsa|id_ed25519|"
-    r"id_ecdsa|(^|[/\s~])\.gnupg(/|$)|\.netrc|/etc/shadow|/etc/sudoers|credentials|\.pgpass|"
-    r"\.git-credentials|\.kube/config|\.docker/config\.json"
-)
-#: Resources that hold secrets: tables, vault endpoints (used by the content guards).
-SECRET_RESOURCE = re.compile(r"\b(secrets?|credentials?|api_keys?|passwords?|tokens)\b|/vault/|"
-                             r"//vault\.|/v1/secret", re.IGNORECASE)
 
 
 @dataclass(slots=True)

@@ -43,14 +43,6 @@ KEY_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
 _SECRET_ASSIGNMENT = re.compile(
     r"""(?im)^[\s"']*([A-Za-z0-9_.-]*(?:pass(?:word|wd)?|secret|token|api[_-]?key|"""
     r"""private[_-]?key|credential|auth)[A-Za-z0-9_.-]*)["']?\s*[=:]\s*["']?([^\s"',#]{6,})""")
-#: Paths whose content is secret: key and credential stores, environment files, shadow files.
-SENSITIVE_PATH = re.compile(
-    r"(^|[/\\\s~])\.(ssh|gnupg|aws|azure|kube|docker)([/\\]|$)|(^|[/\\\s])\.env([./\s]|$)|"
-    r"id_(rsa|dsa|ecdsa|ed25519)|\.netrc|\.pgpass|\.git-credentials|/etc/(shadow|gshadow|sudoers)|"
-    r"(^|[/\\_.-])(credentials?|secrets?)([/\\_.-]|$)")
-#: Names of resources that hold secrets, wherever they are (URLs, tables, vault paths).
-SECRET_RESOURCE = re.compile(r"\b(secrets?|credentials?|api_keys?|passwords?|tokens)\b|/vault/|"
-                             r"//vault\.|/v1/secret", re.IGNORECASE)
 #: Token-like runs that are candidates for high-entropy secrets.
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9+/_.~-]{20,}")
 

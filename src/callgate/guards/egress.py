@@ -39,11 +39,10 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from callgate._model import Reason, ToolCall, ToolResult
+from callgate._sensitive import SECRET_RESOURCE, SENSITIVE_PATH
 from callgate.guards._settings import EgressSettings
 from callgate.guards._store import FingerprintStore
 from callgate.guards._text import (
-    SECRET_RESOURCE,
-    SENSITIVE_PATH,
     decoded_forms,
     entropy,
     is_hex,

@@ -1,7 +1,7 @@
 """The secrets guard and the provenance (relay) guard: content remembered, then recognised.
 
 **Secrets.** When a call reads something sensitive (a path like ``~/.ssh/id_rsa``, ``.env``,
-``credentials``; see ``callgate._runstate.SENSITIVE_PATH``) the guard fingerprints the secret
+``credentials``; see ``callgate._sensitive.SENSITIVE_PATH``) the guard fingerprints the secret
 parts of what came back: credential shapes (PEM private keys, AWS keys, tokens), the values of
 ``NAME=value`` lines named like secrets, and long high-entropy tokens (the whole text, line by
 line, when none of those is found). Credential shapes are fingerprinted wherever they are read.
@@ -23,9 +23,9 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from callgate._model import UNTRUSTED_SOURCES, Reason, ToolCall, ToolResult
+from callgate._sensitive import SENSITIVE_PATH
 from callgate.guards._store import FingerprintStore
 from callgate.guards._text import (
-    SENSITIVE_PATH,
     decoded_forms,
     high_entropy_tokens,
     key_shapes,

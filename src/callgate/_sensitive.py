@@ -1,0 +1,54 @@
+"""What "sensitive path" and "secret resource" mean: one definition for every part of callgate.
+
+A *sensitive path* is a place whose content is a secret: key and credential stores (``~/.ssh``,
+``~/.aws``, ``~/.gnupg``, ``~/.azure``, ``~/.kube``, ``~/.docker``, ``~/.config/gcloud``), private
+keys (``id_rsa``, ``id_ed25519`` …), environment files (``.env``, ``.env.local``, ``.envrc``),
+login and token files (``.netrc``, ``.pgpass``, ``.git-credentials``, ``.npmrc``, ``.pypirc``),
+the system's password files (``/etc/shadow``, ``/etc/gshadow``, ``/etc/sudoers``), and anything
+named ``credentials`` (anywhere in a name: ``mycredentials``) or ``secret``/``secrets`` (as a
+whole word of a name: ``config/secrets.yaml``, not ``secretary.py``).
+
+:data:`SENSITIVE_PATH` searches any text (a path, a command line, a JSON value) and is what the
+run-state counters, the content guards and the sandbox's credential masks all use;
+:func:`is_sensitive_name` asks the same question of one file name. The text is matched as
+written: ``~``, ``$HOME``, ``/root`` and repeated or trailing slashes all spell the same place,
+because the match looks at the name and the separator in front of it, never at the prefix.
+"""
+
+from __future__ import annotations
+
+import re
+
+# What may stand before a dot-directory or file name: a path separator, the start of a word of
+# a command line, a quote, an assignment or option separator.
+_BEFORE = r"(?:^|[/\\\s~\"'`=:;,(<>|&])"
+# What may follow it: a separator, the end of a word, a quote, the end of the text.
+_AFTER = r"(?:[/\\\s\"'`;,)<>|&]|$)"
+
+#: Paths whose content is secret (searched in any text; see the module docstring).
+SENSITIVE_PATH = re.compile(
+    rf"{_BEFORE}\.(?:ssh|gnupg|aws|azure|kube|docker|netrc|pgpass|git-credentials|npmrc|pypirc)"
+    rf"{_AFTER}"
+    rf"|{_BEFORE}\.config[/\\]+gcloud{_AFTER}"
+    rf"|{_BEFORE}\.env(?:rc)?(?:[._-]|{_AFTER})"
+    r"|id_(?:rsa|dsa|ecdsa|ed25519)"
+    r"|[/\\]etc[/\\](?:\.?[/\\])*(?:shadow|gshadow|sudoers)"
+    r"|credential"
+    rf"|(?:{_BEFORE}|[_.-])secrets?(?:[_.-]|{_AFTER})",
+    re.IGNORECASE,
+)
+
+#: Names of resources that hold secrets wherever they are: tables, vault endpoints, URLs.
+SECRET_RESOURCE = re.compile(r"\b(secrets?|credentials?|api_keys?|passwords?|tokens)\b|/vault/|"
+                             r"//vault\.|/v1/secret", re.IGNORECASE)
+
+
+def is_sensitive_name(name: str) -> bool:
+    """True when a single file or directory name (no separator) is sensitive by itself.
+
+    The same definition as :data:`SENSITIVE_PATH`, asked of the name as the last component of
+    a path: ``.ssh``, ``.env.local``, ``id_ed25519.pub``, ``my-credentials.json``. Names that are
+    sensitive only in a place (``shadow`` is, under ``/etc``) are not.
+    """
+    return bool(SENSITIVE_PATH.search("/" + name))
+
