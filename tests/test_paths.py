@@ -20,6 +20,7 @@ from callgate._paths import (
     check_paths,
     compile_glob,
     path_arguments,
+    root_escape,
 )
 
 
@@ -105,13 +106,19 @@ def test_regex_characters_and_unclosed_brackets_in_globs_are_literal() -> None:
     assert compile_glob("/r/[&&|~~]", "/").matches("/r/&")
 
 
-def test_glob_literal_prefix_is_resolved_through_symlinks(tmp_path: Path) -> None:
+def test_glob_root_through_a_symlink_is_followed_only_when_the_policy_says_so(
+    tmp_path: Path,
+) -> None:
     real = tmp_path / "real"
     (real / "x").mkdir(parents=True)
     (tmp_path / "alias").symlink_to(real)
-    glob = compile_glob(str(tmp_path / "alias" / "**"), "/")
-    assert glob.root == os.path.realpath(real)
-    assert glob.matches(canonical(str(tmp_path / "alias" / "x"), "/"))
+    pattern = str(tmp_path / "alias" / "**")
+    followed = compile_glob(pattern, "/", True)
+    assert followed.root == os.path.realpath(real)
+    assert followed.matches(canonical(str(tmp_path / "alias" / "x"), "/"))
+    held = compile_glob(pattern, "/")
+    assert held.root == str(tmp_path / "alias")
+    assert not held.matches(canonical(str(tmp_path / "alias" / "x"), "/"))
 
 
 def test_glob_characters_in_the_working_directory_are_literal(tmp_path: Path) -> None:
@@ -345,10 +352,12 @@ def test_a_symlinked_parent_directory_is_judged_by_its_target(tree: Path) -> Non
     reason = _deny_reason(tree, "parent_link/secret.txt")
     assert reason.startswith("path parent_link/secret.txt resolves through a symlink to ")
     assert reason.endswith("outside/secret.txt, outside the allowed paths")
-    # A glob that itself names the link resolves to the same target, so it allows the file.
-    assert (
-        check_paths(_read("parent_link/secret.txt"), ["./parent_link/**"], None, str(tree)) is None
-    )
+    # A glob whose root is the link does not follow it out of the working directory ...
+    args = _read("parent_link/secret.txt")
+    assert check_paths(args, ["./parent_link/**"], None, str(tree)) is not None
+    # ... unless the policy lists it under follow_symlinks.
+    follow = ["./parent_link/**"]
+    assert check_paths(args, follow, None, str(tree), follow) is None
 
 
 def test_dot_dot_after_a_symlink_climbs_from_the_link_target(tree: Path) -> None:
@@ -457,3 +466,73 @@ def test_single_star_globs_agree_with_segmentwise_fnmatch(
         fnmatch.fnmatchcase(p, g) for p, g in zip(path, pattern, strict=True)
     )
     assert glob.matches("/r/" + "/".join(path)) == expected
+
+
+# --------------------------------------------------------------------------- symlinked roots
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A working directory with a root leading out (data -> /etc) and one staying in."""
+    work = tmp_path / "proj"
+    (work / "releases" / "v2").mkdir(parents=True)
+    (work / "releases" / "v2" / "app.txt").write_text("v2")
+    (work / "current").symlink_to("releases/v2")
+    (work / "data").symlink_to("/etc")
+    (tmp_path / "elsewhere").mkdir()
+    (work / "build").symlink_to(tmp_path / "elsewhere")
+    return work
+
+
+@pytest.mark.parametrize("pattern", ["./data/**", "data/*.conf", "./data", "./data/new/**",
+                                     "./build/**", "./releases/../data/**"])
+def test_a_relative_root_symlinked_out_of_the_working_directory_escapes(
+    project: Path, pattern: str
+) -> None:
+    why = root_escape(pattern, str(project))
+    assert why is not None and "leads through a symlink" in why and repr(pattern) in why
+
+
+def test_an_absolute_root_whose_written_place_is_a_symlink_escapes(project: Path) -> None:
+    why = root_escape(str(project / "data" / "**"), "/")
+    assert why is not None and os.path.realpath("/etc") in why
+
+
+@pytest.mark.parametrize("pattern", ["./current/**", "./releases/**", "./missing/**", "**",
+                                     "./*.txt", "../proj/releases/**", "~/x/**"])
+def test_roots_that_stay_where_they_were_written_do_not_escape(
+    project: Path, pattern: str
+) -> None:
+    assert root_escape(pattern, str(project)) is None
+
+
+def test_follow_symlinks_allows_a_root_to_lead_out_by_its_written_spelling(project: Path) -> None:
+    assert root_escape("./data/**", str(project), follow=["./data/**"]) is None
+    assert root_escape("./data/**", str(project), follow=["data/**"]) is not None
+
+
+def test_a_root_created_as_a_symlink_after_compilation_grants_nothing_through_it(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    glob = compile_glob("./late/**", str(work))  # the root does not exist yet
+    (work / "late").symlink_to("/etc")
+    assert not glob.matches(canonical("./late/hostname", str(work)))
+    verdict = check_paths([PathArg("path", "./late/hostname", "write")], ["./late/**"],
+                          ["./late/**"], str(work))
+    assert verdict is not None and "resolves through a symlink" in verdict.reason
+
+
+def test_a_root_already_symlinked_out_when_compiled_stays_at_its_written_place(
+    project: Path,
+) -> None:
+    for intent in ("read", "write"):
+        verdict = check_paths([PathArg("path", "./data/hostname", intent)], ["./data/**"],
+                              ["./data/**"], str(project))
+        assert verdict is not None, intent
+
+
+def test_an_in_project_symlinked_root_allows_what_it_leads_to(project: Path) -> None:
+    args = [PathArg("path", "./current/app.txt", "read")]
+    assert check_paths(args, ["./current/**"], None, str(project)) is None

@@ -41,7 +41,7 @@ def check_constraints(call: ToolCall, c: CapabilityConstraints, working_dir: str
             if why:
                 return why
     if c.allowed_paths is not None:
-        why = _check_path_constraint(call, c.allowed_paths, working_dir)
+        why = _check_path_constraint(call, c, working_dir)
         if why:
             return why
     if c.allowed_commands is not None:
@@ -58,13 +58,15 @@ def check_constraints(call: ToolCall, c: CapabilityConstraints, working_dir: str
     return None
 
 
-def _check_path_constraint(call: ToolCall, allowed: Sequence[str], working_dir: str) -> str | None:
+def _check_path_constraint(call: ToolCall, c: CapabilityConstraints,
+                           working_dir: str) -> str | None:
+    allowed = c.allowed_paths or ()
     intent = intent_of(call.action)
     try:
         args = path_arguments(call.parameters, default_intent=intent)
         if not args and call.tool_class == "file":
             return "the grant limits paths but the call names no path"
-        verdict = check_paths(args, allowed, allowed, working_dir)
+        verdict = check_paths(args, allowed, allowed, working_dir, c.follow_symlinks)
     except PathRejected as exc:
         return str(exc)
     return None if verdict is None else verdict.reason

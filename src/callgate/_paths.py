@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 from urllib.parse import unquote, urlsplit
@@ -238,23 +238,81 @@ def class_end(segment: str, start: int) -> int:
     return end
 
 
-@functools.lru_cache(maxsize=4096)
-def compile_glob(pattern: str, working_dir: str) -> Glob:
-    """Compile ``pattern`` (relative ones against ``working_dir``, ``~`` as home) to a ``Glob``.
+class _Root(NamedTuple):
+    """Where a glob's literal root was written and where it leads today."""
 
-    The literal prefix (the segments before the first wildcard) is resolved with ``realpath``,
-    the same as candidate paths, so ``/tmp/x/**`` works when ``/tmp`` is a symlink.
-    Raises ``PathRejected`` for a pattern that cannot be made absolute or holds ``..`` after a
-    wildcard (which would make the glob's reach depend on the tree it matches).
-    """
+    anchor: str  # the real directory a relative or ~ root was written against; "/" if absolute
+    lexical: str  # the written root joined to the anchor, normalised without the filesystem
+    real: str  # the written root through realpath (symlinks, then ".."), existing or not
+    rest: list[str]  # the segments from the first wildcard on
+
+
+def _glob_root(pattern: str, working_dir: str) -> _Root:
     base, tail = _anchor(pattern, working_dir)
     segments = [s for s in tail.split("/") if s]
     split = next((n for n, s in enumerate(segments) if _GLOB_CHARS & set(s)), len(segments))
-    rest = segments[split:]
+    anchor = _resolve(pattern, base)
+    joined = os.path.join(anchor, *segments[:split])
+    return _Root(anchor, os.path.normpath(joined), _resolve(pattern, joined), segments[split:])
+
+
+def _escapes(root: _Root) -> bool:
+    """Whether a symlink moves the root somewhere it was not written.
+
+    An absolute root escapes whenever its real location differs from its written one. A
+    relative or ``~`` root may pass through symlinks that stay within the directory it was
+    written against (``./current -> ./releases/v2``), and escapes when it leaves it.
+    """
+    if root.real == root.lexical:
+        return False
+    if root.anchor == "/":
+        return True
+    return not (root.real == root.anchor or root.real.startswith(root.anchor + "/"))
+
+
+def root_escape(pattern: str, base: str, *, follow: Collection[str] = ()) -> str | None:
+    """Why the literal root of ``pattern`` does not stay where it was written, or None.
+
+    The root is the part before the first wildcard; a relative one is written against ``base``
+    (the kernel's working directory), ``~`` against the home directory. It escapes when a
+    symlink on the way leads it out of that directory (for absolute roots: anywhere but the
+    written place). A root that does not exist yet is judged by its existing part, so
+    ``./data/new/**`` with ``./data -> /etc`` escapes too. Patterns listed, as written, in
+    ``follow`` are allowed to lead out. A pattern that cannot be made absolute is reported
+    with the reason it cannot.
+    """
+    if pattern in follow:
+        return None
+    try:
+        root = _glob_root(pattern, base)
+    except PathRejected as exc:
+        return f"path pattern {pattern!r} cannot be used: {exc.reason}"
+    if not _escapes(root):
+        return None
+    outside = "" if root.anchor == "/" else f", outside {root.anchor}"
+    return (f"the root of {pattern!r} ({root.lexical}) leads through a symlink to "
+            f"{root.real}{outside}; write the real location, or list the pattern under "
+            f"follow_symlinks to allow it")
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_glob(pattern: str, working_dir: str, follow: bool = False) -> Glob:
+    """Compile ``pattern`` (relative ones against ``working_dir``, ``~`` as home) to a ``Glob``.
+
+    Candidate paths are judged in their real form, so the root is anchored at its real
+    location when symlinks keep it where it was written (``/tmp/x/**`` with a real ``/tmp``,
+    ``./current/**`` with ``./current -> ./releases/v2``) or when ``follow`` allows it to lead
+    out; otherwise at its written (lexical) location, so a symlink that leads the root out,
+    made before or after load, moves no grant: paths through it resolve elsewhere and miss.
+    The anchor is fixed at first compilation (cached), so later symlinks cannot move it.
+    Raises ``PathRejected`` for a pattern that cannot be made absolute or holds ``..`` after a
+    wildcard (which would make the glob's reach depend on the tree it matches).
+    """
+    found = _glob_root(pattern, working_dir)
+    rest = found.rest
     if ".." in rest or "." in rest:
         raise PathRejected(f"glob {pattern!r} has '.' or '..' after a wildcard")
-    # realpath resolves ".." in the literal prefix the way the kernel would (after symlinks).
-    root = os.path.realpath(os.path.join(base, *segments[:split]))
+    root = found.real if follow or not _escapes(found) else found.lexical
     regex = [re.escape(root) if root != "/" else ""]
     for segment in rest:
         regex.append("(?:/[^/]+)*" if segment == "**" else "/" + _segment_regex(segment))
@@ -398,8 +456,10 @@ def canonical_parameters(
 # --------------------------------------------------------------------------- checking
 
 
-def _allowed_by(resolved: str, patterns: Sequence[str], working_dir: str) -> bool:
-    return any(compile_glob(p, working_dir).matches(resolved) for p in patterns)
+def _allowed_by(
+    resolved: str, patterns: Sequence[str], working_dir: str, follow: Collection[str]
+) -> bool:
+    return any(compile_glob(p, working_dir, p in follow).matches(resolved) for p in patterns)
 
 
 def _check_one(
@@ -407,6 +467,7 @@ def _check_one(
     allowed_read: Sequence[str] | None,
     allowed_write: Sequence[str] | None,
     working_dir: str,
+    follow: Collection[str],
 ) -> PathVerdict | None:
     if arg.intent == "write":
         if allowed_write is None:
@@ -421,7 +482,7 @@ def _check_one(
     try:
         absolute = _absolute(arg.value, working_dir, normalize=False)
         resolved = _resolve(arg.value, absolute)
-        if _allowed_by(resolved, patterns, working_dir):
+        if _allowed_by(resolved, patterns, working_dir, follow):
             return None
     except PathRejected as exc:
         return PathVerdict(arg.key, arg.value, None, arg.intent, exc.reason)
@@ -443,15 +504,18 @@ def check_paths(
     allowed_read: Sequence[str] | None,
     allowed_write: Sequence[str] | None,
     working_dir: str,
+    follow: Collection[str] = (),
 ) -> PathVerdict | None:
     """``None`` when every path argument is allowed, else the first offending one with a reason.
 
     A glob list of ``None`` is unspecified and not checked; an empty list allows nothing. Writes
     need a write glob; reads are allowed by read globs and by write globs. Any failure to
-    canonicalise a path or compile a glob denies (fail closed).
+    canonicalise a path or compile a glob denies (fail closed). Globs listed, as written, in
+    ``follow`` keep their root's real location even when a symlink leads it out (see
+    ``compile_glob``).
     """
     for arg in args:
-        verdict = _check_one(arg, allowed_read, allowed_write, working_dir)
+        verdict = _check_one(arg, allowed_read, allowed_write, working_dir, follow)
         if verdict is not None:
             return verdict
     return None

@@ -26,8 +26,20 @@ def _as_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
+def _check_follow(follow: tuple[str, ...], patterns: tuple[str, ...]) -> None:
+    """An opt-in to follow a symlinked root must name a pattern given beside it."""
+    unknown = [p for p in follow if p not in patterns]
+    if unknown:
+        raise ValueError(f"follow_symlinks names {', '.join(map(repr, unknown))}, which is not "
+                         f"among the paths given beside it")
+
+
 class CapabilityConstraints(StrictModel):
-    """Limits on a capability. An absent constraint does not limit; an empty list allows none."""
+    """Limits on a capability. An absent constraint does not limit; an empty list allows none.
+
+    ``follow_symlinks`` lists ``allowed_paths`` patterns whose root may lead out through a
+    symlink, as in ``FilesystemPolicy``.
+    """
 
     allowed_hosts: tuple[str, ...] | None = None
     allowed_paths: tuple[str, ...] | None = None
@@ -35,6 +47,12 @@ class CapabilityConstraints(StrictModel):
     allowed_databases: tuple[str, ...] | None = None
     allowed_tables: tuple[str, ...] | None = None
     max_calls_per_minute: _Positive | None = None
+    follow_symlinks: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _follow_names_a_root(self) -> CapabilityConstraints:
+        _check_follow(self.follow_symlinks, self.allowed_paths or ())
+        return self
 
 
 class Capability(StrictModel):
@@ -93,10 +111,20 @@ class Rule(StrictModel):
 
 
 class FilesystemPolicy(StrictModel):
-    """Declared filesystem stance. ``None`` = unspecified; an empty list = none allowed."""
+    """Declared filesystem stance. ``None`` = unspecified; an empty list = none allowed.
+
+    ``follow_symlinks`` lists patterns of ``read``/``write``, spelled as written there, whose
+    root may lead out of where it was written through a symlink (see ``_paths.root_escape``).
+    """
 
     read: tuple[str, ...] | None = None
     write: tuple[str, ...] | None = None
+    follow_symlinks: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _follow_names_a_root(self) -> FilesystemPolicy:
+        _check_follow(self.follow_symlinks, (*(self.read or ()), *(self.write or ())))
+        return self
 
 
 class NetworkHosts(StrictModel):

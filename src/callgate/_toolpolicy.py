@@ -45,7 +45,8 @@ def check_stance(call: ToolCall, policy: ToolPolicy, working_dir: str) -> tuple[
         args = path_arguments(call.parameters, policy.path_params,
                               default_intent=intent_of(call.action))
         verdict = check_paths(args, fs.read if fs.read is not None else (),
-                              fs.write if fs.write is not None else (), wd)
+                              fs.write if fs.write is not None else (), wd,
+                              fs.follow_symlinks)
     except PathRejected as exc:
         return "tool.filesystem", str(exc)
     if verdict is not None:
