@@ -2,13 +2,25 @@
 
 The run carries the union of every label it has seen. A call's effective taint is its explicit
 labels plus the run's: whatever the agent read earlier is in its context when it makes the call.
+
+A ``shell`` call's output is ``web`` when the command catalog says a command in it reads from
+the network (``curl``, ``wget``, ``git clone``/``fetch``/``pull``, package installs, ``ssh`` …),
+however it is wrapped (``sudo``, ``bash -c``, pipelines, command substitutions, ``eval``, an
+inline Python or JavaScript snippet). When what ran cannot be known (the line does not parse, the
+program is a variable, the call names no command) the output is ``web`` too: fail closed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from callgate._model import UNTRUSTED_SOURCES, TaintLabel, ToolCall
+from callgate.abstraction import ShellCommand, abstract_shell, default_catalog
+from callgate.abstraction._catalog import ground
+from callgate.abstraction._tools import ScriptContext, script_source_drafts
 
 #: The taint an executor of each tool class puts on its output (the boundary it reads across).
 CLASS_OUTPUT_TAINT: dict[str, str] = {
@@ -69,6 +81,10 @@ class TaintTracker:
         boundary = CLASS_OUTPUT_TAINT.get(call.tool_class)
         if boundary is not None:
             labels.append(TaintLabel(source=boundary, origin=_origin_of(call)))
+        elif call.tool_class == "shell":
+            fetched = shell_network_origin(call.parameters)
+            if fetched is not None:
+                labels.append(TaintLabel(source="web", origin=fetched))
         labels.append(TaintLabel(source="tool-output", origin=call.tool))
         return labels
 
@@ -81,3 +97,89 @@ def is_untrusted(sources: Iterable[str]) -> bool:
 def _origin_of(call: ToolCall) -> str:
     url = call.parameters.get("url")
     return url if isinstance(url, str) else call.tool
+
+
+# -- shell commands that read from the network ------------------------------------------------
+
+#: The taint source the kernel carries from the command catalog (``taint: web`` entries).
+NETWORK_SOURCE = "web"
+#: How many nested ``eval`` strings are followed before the command is taken to fetch.
+_MAX_EVAL_DEPTH = 4
+#: Scripts given inline are read for their effects; script files are not opened.
+_INLINE_ONLY = ScriptContext(resolve=False)
+
+
+def shell_network_origin(parameters: Mapping[str, Any]) -> str | None:
+    """Where a shell call's output may come from the network, or None when it runs locally.
+
+    The call's ``command`` (a shell line) or ``argv`` (a list of words) is split into simple
+    commands; the first one the catalog marks as a network read (its ``taint: web``, or a
+    program of the ``network`` category) gives the origin: its URL or host, else its program.
+    A call whose commands cannot be known gives ``"unknown command"``: fail closed.
+    """
+    command, argv = parameters.get("command"), parameters.get("argv")
+    if isinstance(command, str):
+        return _line_origin(command)
+    if isinstance(argv, list) and argv and all(isinstance(w, str) for w in argv):
+        return _line_origin(shlex.join(argv))
+    return "unknown command"
+
+
+@functools.lru_cache(maxsize=1024)
+def _line_origin(line: str, depth: int = 0) -> str | None:
+    try:
+        for cmd in abstract_shell(line):
+            origin = _command_origin(cmd, depth)
+            if origin is not None:
+                return origin
+    except Exception as exc:  # any failure to analyse a command fails closed
+        return f"unknown command ({type(exc).__name__})"
+    return None
+
+
+def _command_origin(cmd: ShellCommand, depth: int) -> str | None:
+    if cmd.parse_error is not None:
+        return f"unknown command ({cmd.parse_error})"
+    if not cmd.words:
+        return None
+    program = cmd.words[0]
+    if "$" in program or "`" in program or not program:
+        return f"unknown command ({program!r})"
+    if cmd.program == "eval":
+        if depth >= _MAX_EVAL_DEPTH:
+            return "unknown command (eval nested too deeply)"
+        return _line_origin(" ".join(cmd.words[1:]), depth + 1)
+    grounded = ground(cmd.words)
+    _, spec = default_catalog().program(program)
+    if grounded.taint == NETWORK_SOURCE or (spec is not None and spec.category == "network"):
+        return _where(grounded.args, grounded.action)
+    if grounded.language is not None:
+        return _script_origin(grounded.language, grounded.args, cmd.stdin, depth)
+    return None
+
+
+def _script_origin(language: str, args: Mapping[str, Any], stdin: str | None,
+                   depth: int) -> str | None:
+    module, rest = args.get("module"), args.get("script_args", [])
+    if isinstance(module, str) and module:  # ``python -m pip install x`` runs pip
+        words = (module, *(w for w in rest if isinstance(w, str)))
+        return _command_origin(ShellCommand(words=words), depth + 1)
+    code = args.get("code")
+    script = args.get("script")
+    source = code if isinstance(code, str) else stdin if script in (None, "-") else None
+    if source is None:
+        return None  # a script file: judged by the sandbox's network policy, not read here
+    for draft in script_source_drafts(language, source, _INLINE_ONLY, depth + 1):
+        if draft.action == "parse_error":
+            return f"unknown command ({draft.args.get('parse_error')})"
+        if NETWORK_SOURCE in draft.taint:
+            return _where(draft.args, draft.action)
+    return None
+
+
+def _where(args: Mapping[str, Any], program: str) -> str:
+    for key in ("url", "host"):
+        value = args.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return program
