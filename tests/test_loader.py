@@ -491,3 +491,90 @@ def test_every_schema_problem_in_a_yaml_document_gets_a_line_and_column(doc: dic
         for problem in exc.problems:
             assert problem.line is not None and problem.column is not None, problem
             assert 1 <= problem.line <= text.count("\n") + 1
+
+
+# --- declared roots that a symlink leads elsewhere ----------------------------------------
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A project whose data, build and src roots lead out, and whose current stays in."""
+    work = tmp_path / "proj"
+    (work / "releases" / "v2").mkdir(parents=True)
+    (work / "current").symlink_to("releases/v2")
+    (work / "data").symlink_to("/etc")
+    (tmp_path / "elsewhere").mkdir()
+    (work / "build").symlink_to(tmp_path / "elsewhere")
+    (work / "src").symlink_to("/etc")
+    return work
+
+
+def _load_in(project: Path, body: str) -> list[Problem] | None:
+    path = project / "policy.yaml"
+    path.write_text("name: p\nversion: 1\nworking_dir: .\n" + textwrap.dedent(body))
+    try:
+        load_policy(path)
+    except PolicyError as exc:
+        return exc.problems
+    return None
+
+
+def test_roots_symlinked_out_of_the_working_directory_are_load_errors_at_their_place(
+    project: Path,
+) -> None:
+    problems = _load_in(project, """\
+        principal:
+          name: a
+          capabilities:
+            - tool_class: file
+              constraints: {allowed_paths: ["./current/**", "./data/**"]}
+        tools:
+          t:
+            filesystem:
+              read: [./src/**]
+              write: [./build/**]
+        executors:
+          retrieval_root: ./data
+          databases: {main: ./build/app.db}
+        """)
+    assert problems is not None
+    places = [(p.line, p.column, p.field) for p in problems]
+    assert places == [
+        (8, 53, "principal.capabilities[0].constraints.allowed_paths[1]"),
+        (12, 14, "tools.t.filesystem.read[0]"),
+        (13, 15, "tools.t.filesystem.write[0]"),
+        (15, 19, "executors.retrieval_root"),
+        (16, 21, "executors.databases.main"),
+    ]
+    assert all("leads through a symlink" in p.message for p in problems)
+    assert str(problems[0]).startswith(f"{project / 'policy.yaml'}:8:53: the root of './data/**'")
+
+
+def test_follow_symlinks_opts_a_root_in_by_its_written_spelling(project: Path) -> None:
+    assert _load_in(project, """\
+        principal:
+          name: a
+          capabilities:
+            - tool_class: file
+              constraints: {allowed_paths: ["./data/**"], follow_symlinks: ["./data/**"]}
+        tools:
+          t: {filesystem: {read: [./src/**], write: [./build/**], follow_symlinks: [./build/**,
+              ./src/**]}}
+        executors: {retrieval_root: ./data, follow_symlinks: [./data]}
+        """) is None
+
+
+def test_a_follow_symlinks_entry_must_name_a_pattern_beside_it(project: Path) -> None:
+    problems = _load_in(project, """\
+        tools:
+          t: {filesystem: {read: [./current/**], follow_symlinks: [./data/**]}}
+        """)
+    assert problems is not None and len(problems) == 1
+    assert "follow_symlinks names './data/**'" in problems[0].message
+
+
+def test_roots_that_do_not_exist_yet_or_stay_inside_load(project: Path) -> None:
+    assert _load_in(project, """\
+        tools:
+          t: {filesystem: {read: [./current/**, ./releases/*], write: [./not-yet/**, out.txt]}}
+        """) is None

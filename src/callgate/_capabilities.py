@@ -17,16 +17,8 @@ from dataclasses import dataclass, field
 from callgate._commands import check_command
 from callgate._hosts import check_host
 from callgate._model import ToolCall
-from callgate._paths import Intent, PathRejected, check_paths, path_arguments
+from callgate._paths import PathRejected, check_paths, intent_of, path_arguments
 from callgate._policy import Capability, CapabilityConstraints
-
-WRITE_ACTIONS = frozenset({"write", "append", "create", "delete", "remove", "put", "move", "copy",
-                           "mkdir", "edit"})
-
-
-def intent_of(action: str) -> Intent:
-    """Whether an action writes (``write``) or only reads (``read``)."""
-    return "write" if action in WRITE_ACTIONS else "read"
 
 
 def check_constraints(call: ToolCall, c: CapabilityConstraints, working_dir: str) -> str | None:

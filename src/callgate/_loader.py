@@ -39,7 +39,8 @@ from yaml.scanner import Scanner
 
 from callgate._errors import PolicyError, Problem
 from callgate._policy import Policy
-from callgate._regexcheck import check_regex
+from callgate._regex import check_pattern
+from callgate._roots import root_problems
 
 #: Policy files larger than this are refused before parsing.
 MAX_POLICY_BYTES = 1024 * 1024
@@ -219,7 +220,26 @@ def parse_policy(
     if problems:
         raise PolicyError(_sorted(problems))
     policy = _resolve_working_dir(policy, base_dir)
+    escapes = _root_problems(policy, builder)
+    if escapes:
+        raise PolicyError(escapes)
     return LoadedPolicy(policy, source, builder.values, text)
+
+
+def _root_problems(policy: Policy, builder: _Builder) -> list[Problem]:
+    """Declared roots a symlink leads out of where they were written, at the place written.
+
+    Relative roots are taken against the working directory the kernel will use by default: the
+    policy's ``working_dir``, else the current directory.
+    """
+    working_dir = policy.working_dir or os.getcwd()
+    problems = []
+    for where, why in root_problems(policy, working_dir):
+        node_path = where
+        while node_path not in builder.values:  # e.g. a default filled in by the schema
+            node_path = node_path[:-1]
+        problems.append(_problem(why, builder.source, builder.values[node_path], where))
+    return _sorted(problems)
 
 
 def _placed(exc: ValidationError, data: dict[str, Any], builder: _Builder) -> list[Problem]:
@@ -330,7 +350,7 @@ class _Builder:
 
 
 def _regex_problems(data: dict[str, Any], builder: _Builder) -> list[Problem]:
-    """Refuse rule parameter patterns that do not compile or can backtrack catastrophically."""
+    """Refuse rule parameter patterns that cannot run in linear time with Python's meaning."""
     problems: list[Problem] = []
     rules = data.get("rules")
     for i, rule in enumerate(rules if isinstance(rules, list) else []):
@@ -340,10 +360,10 @@ def _regex_problems(data: dict[str, Any], builder: _Builder) -> list[Problem]:
             pattern = condition.get("pattern") if isinstance(condition, dict) else None
             if not isinstance(pattern, str):
                 continue
-            reason = check_regex(pattern)
+            reason = check_pattern(pattern)
             if reason is not None:
                 path: NodePath = ("rules", i, "match", "parameters", name, "pattern")
-                problems.append(_problem(f"unsafe regex: {reason}", builder.source,
+                problems.append(_problem(f"refused regex: {reason}", builder.source,
                                          builder.values[path], path))
     return problems
 

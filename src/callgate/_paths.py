@@ -36,6 +36,17 @@ from callgate._errors import CallgateError
 
 Intent = Literal["read", "write"]
 
+#: Actions that change the filesystem; the one definition, for the gate and the executors.
+WRITE_ACTIONS: frozenset[str] = frozenset(
+    {"write", "append", "create", "delete", "remove", "put", "move", "copy", "mkdir", "edit"}
+)
+
+
+def intent_of(action: str) -> Intent:
+    """Whether an action writes (``write``) or only reads (``read``)."""
+    return "write" if action in WRITE_ACTIONS else "read"
+
+
 #: Parameter names whose string values are paths even when relative.
 PATH_PARAM_NAMES: frozenset[str] = frozenset(
     {

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from callgate._capabilities import intent_of
 from callgate._model import ToolCall
-from callgate._paths import PathRejected, check_paths, path_arguments
+from callgate._paths import PathRejected, check_paths, intent_of, path_arguments
 from callgate._policy import ToolPolicy
 
 

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from callgate._errors import ExecutorError
 from callgate._model import ToolCall
+from callgate._paths import WRITE_ACTIONS
 from callgate._policy import Policy
 from callgate.executors.shell import ShellExecutor
 from callgate.executors.wiring import (
@@ -224,3 +226,56 @@ def test_policy_file_sections_validate_strictly() -> None:
     loaded = Policy.model_validate({"name": "p", "version": 1,
                                     "guards": {"egress": {"drip_budget_bytes": 10}}})
     assert loaded.guards is not None and loaded.guards.egress.drip_budget_bytes == 10
+
+
+def test_a_file_scope_whose_root_is_symlinked_out_is_refused_unless_followed(
+    work: Path, tmp_path_factory: Any
+) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (work / "build").symlink_to(elsewhere)
+    constraints: dict[str, Any] = {"allowed_paths": ["./build/**"]}
+    grant = {"tool_class": "file", "actions": ["write"], "constraints": constraints}
+    with pytest.raises(ExecutorError, match="leads through a symlink"):
+        build_executors(policy([grant]), working_dir=str(work))
+    constraints["follow_symlinks"] = ["./build/**"]
+    files = build_executors(policy([grant]), working_dir=str(work))["file"]
+    # The kernel hands the executor the canonical path it checked.
+    target = str(elsewhere.resolve() / "x")
+    assert files(call("file", "write", path=target, content="x")).status == "ok"
+    assert (elsewhere / "x").read_text() == "x"
+
+
+def test_a_scope_created_as_a_symlink_after_building_reaches_nothing_through_it(
+    work: Path, tmp_path_factory: Any
+) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    grant = {"tool_class": "file", "actions": ["write"],
+             "constraints": {"allowed_paths": ["./late/**"]}}
+    files = build_executors(policy([grant]), working_dir=str(work))["file"]
+    (work / "late").symlink_to(elsewhere)
+    assert reason(files(call("file", "write", path="late/x", content="x"))) != "ok"
+    assert not (elsewhere / "x").exists()
+
+
+@pytest.mark.parametrize("action", sorted(WRITE_ACTIONS))
+def test_every_write_action_of_the_gate_gives_a_grant_a_write_scope(
+    work: Path, action: str
+) -> None:
+    p = policy([{"tool_class": "file", "actions": [action],
+                 "constraints": {"allowed_paths": ["./out/**"]}}])
+    files = build_executors(p, working_dir=str(work))["file"]
+    assert files(call("file", "write", path="out/r.md", content="x")).status == "ok"
+
+
+def test_configured_files_are_relative_to_the_working_directory_and_checked(
+    work: Path, tmp_path_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
+    (work / "corpus").mkdir()
+    p = policy([], executors={"retrieval_root": "corpus", "retrieval_index": "index.db"})
+    build_executors(p, working_dir=str(work))
+    assert (work / "index.db").exists()
+    (work / "db").symlink_to("/etc")
+    bad = policy([{"tool_class": "database"}], executors={"databases": {"main": "db/app.db"}})
+    with pytest.raises(ExecutorError, match="leads through a symlink"):
+        build_executors(bad, working_dir=str(work))

@@ -6,10 +6,12 @@ retrieval corpus lives, how the shell may run). ``build_executors`` combines it 
 principal's grants so each executor is no wider than what the principal was granted:
 
 * file: read scopes from the ``allowed_paths`` of grants whose actions read (``read``, ``list``
-  or all), write scopes from grants whose actions write (``write``, ``append``, ``delete`` or
+  or all), write scopes from grants whose actions write (``callgate._paths.WRITE_ACTIONS`` or
   all); no writing grant means no write scope at all. A grant without ``allowed_paths`` scopes
   the working directory. A glob the file executor cannot hold exactly (``./src/*.py``) becomes
-  the directory before its first wildcard: the kernel's path gate still checks the glob itself;
+  the directory before its first wildcard: the kernel's path gate still checks the glob itself.
+  A scope whose root a symlink leads out of the working directory is refused unless the grant
+  lists it under ``follow_symlinks`` (the same rule as the loader's);
 * database: the configured databases named by ``allowed_databases`` (all when unconstrained),
   tables from ``allowed_tables``;
 * shell: programs from ``allowed_commands``; a tool declared under ``tools:`` with
@@ -31,7 +33,9 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
+from callgate._errors import ExecutorError
 from callgate._model import StrictModel, ToolCall, ToolResult
+from callgate._paths import WRITE_ACTIONS, root_escape
 
 if TYPE_CHECKING:
     from callgate._policy import Capability, Policy, ToolPolicy
@@ -40,7 +44,6 @@ if TYPE_CHECKING:
 ExecutorFn = Callable[[ToolCall], ToolResult]
 
 _READ_ACTIONS = frozenset({"read", "list"})
-_WRITE_ACTIONS = frozenset({"write", "append", "delete"})
 _WILDCARDS = frozenset("*?[")
 
 
@@ -65,7 +68,12 @@ class ShellSettings(StrictModel):
 
 
 class ExecutorSettings(StrictModel):
-    """The ``executors:`` section of a policy: what the executors need to know of the world."""
+    """The ``executors:`` section of a policy: what the executors need to know of the world.
+
+    Relative paths (retrieval root and index, database files) are relative to the kernel's
+    working directory; ``follow_symlinks`` lists those of them, as written, allowed to lead out
+    of it through a symlink (see ``callgate._paths.root_escape``).
+    """
 
     http: HttpSettings = HttpSettings()
     databases: dict[str, str] = Field(default_factory=dict)
@@ -73,6 +81,7 @@ class ExecutorSettings(StrictModel):
     retrieval_root: str | None = None
     retrieval_index: str | None = None
     shell: ShellSettings = ShellSettings()
+    follow_symlinks: tuple[str, ...] = ()
 
 
 def static_resolver(hosts: Mapping[str, str], *, fallback: Resolver | None) -> Resolver:
@@ -118,12 +127,28 @@ def executor_scope(pattern: str) -> str:
     return base.rstrip("/") + "/**" if base != "/" else "/**"
 
 
-def _file_scopes(grants: list[Capability], actions: frozenset[str]) -> list[str] | None:
+def _file_scopes(grants: list[Capability], actions: frozenset[str],
+                 wd: str) -> list[str] | None:
     relevant = [g for g in grants if not g.actions or actions & set(g.actions)]
     if not relevant:
         return []
+    for grant in relevant:
+        for pattern in grant.constraints.allowed_paths or ():
+            _refuse_escape(pattern, wd, grant.constraints.follow_symlinks)
     paths = _union(g.constraints.allowed_paths for g in relevant)
     return None if paths is None else [executor_scope(p) for p in paths]
+
+
+def _refuse_escape(path: str, wd: str, follow: tuple[str, ...]) -> None:
+    why = root_escape(path, wd, follow=follow)
+    if why is not None:
+        raise ExecutorError(f"cannot build executors: {why}")
+
+
+def _local(path: str, wd: str, follow: tuple[str, ...]) -> str:
+    """A configured file path, relative ones under the working directory, roots checked."""
+    _refuse_escape(path, wd, follow)
+    return os.path.join(wd, os.path.expanduser(path))
 
 
 def build_executors(policy: Policy, *, working_dir: str, settings: ExecutorSettings | None = None,
@@ -143,8 +168,9 @@ def build_executors(policy: Policy, *, working_dir: str, settings: ExecutorSetti
     wd = os.path.realpath(working_dir)
     out: dict[str, ExecutorFn] = {}
     files = _grants(policy, "file")
-    out["file"] = FileExecutor(working_dir=wd, allowed_read=_file_scopes(files, _READ_ACTIONS),
-                               allowed_write=_file_scopes(files, _WRITE_ACTIONS))
+    out["file"] = FileExecutor(working_dir=wd,
+                               allowed_read=_file_scopes(files, _READ_ACTIONS, wd),
+                               allowed_write=_file_scopes(files, WRITE_ACTIONS, wd))
     h = settings.http
     fallback = resolver or (system_resolver if h.system_dns else None)
     out["http"] = HttpExecutor(
@@ -158,8 +184,10 @@ def build_executors(policy: Policy, *, working_dir: str, settings: ExecutorSetti
         out["database"] = DatabaseExecutor(databases=databases, allowed_tables=tables,
                                            allow_ddl=settings.allow_ddl)
     if settings.retrieval_root is not None:
+        follow, index = settings.follow_symlinks, settings.retrieval_index
         out["retrieval"] = RetrievalExecutor(
-            root=os.path.join(wd, settings.retrieval_root), index_path=settings.retrieval_index)
+            root=_local(settings.retrieval_root, wd, follow),
+            index_path=index if index in (None, ":memory:") else _local(index, wd, follow))
     out.update(_shell_executors(policy, settings.shell, wd))
     return out
 
@@ -171,7 +199,7 @@ def _databases(policy: Policy, settings: ExecutorSettings, wd: str) -> dict[str,
         if allowed is not None and name not in allowed:
             continue
         local = target == ":memory:" or "://" in target
-        out[name] = target if local else os.path.join(wd, target)
+        out[name] = target if local else _local(target, wd, settings.follow_symlinks)
     return out
 
 
