@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from callgate import ExecutorError, TaintLabel, ToolResult
+from callgate._kernel import Kernel
+from callgate._policy import Policy
 from callgate.executors import FileExecutor
 from callgate.executors.file import PathScope, descriptor_path
 
@@ -77,37 +79,88 @@ def test_a_symlink_as_last_component_is_not_followed_even_inside(tree: Path) -> 
     assert (result.status, reason(result)) == ("denied", "path.symlink")
 
 
-def test_the_real_path_of_the_open_descriptor_is_checked_after_open(tree: Path) -> None:
-    """A swap between the pre-check and the open must be caught by the post-open check."""
+def test_a_directory_flipped_to_a_symlink_is_refused_never_followed(tree: Path) -> None:
+    """data/swap is a real directory or a symlink to secret/ in turn: only the first is read."""
     work = tree / "work"
-    ex = executor(tree)
-    swap = work / "data" / "swap"
-    inside = work / "data" / "real"
-    inside.mkdir()
-    (inside / "key.txt").write_text("inside")
+    ex = executor(tree, allowed_read=["**", str(tree / "secret") + "/**"])
+    swap, held, link = (work / "data" / n for n in ("swap", "swap.dir", "swap.link"))
+    swap.mkdir()
+    (swap / "key.txt").write_text("inside")
+    link.symlink_to(tree / "secret")
     stop = threading.Event()
 
     def flip() -> None:
         while not stop.is_set():
-            for target in (inside, tree / "secret"):
-                tmp = work / "data" / "swap.tmp"
-                tmp.unlink(missing_ok=True)
-                tmp.symlink_to(target)
-                tmp.replace(swap)
+            swap.rename(held)
+            link.rename(swap)
+            swap.rename(link)
+            held.rename(swap)
 
     flipper = threading.Thread(target=flip)
     flipper.start()
     seen: set[str] = set()
     try:
-        deadline = time.monotonic() + 1.5
+        deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
-            result = run(ex, "read", path="data/swap/key.txt")
-            seen.add(result.status)
+            result = run(ex, "read", path=str(swap / "key.txt"))
+            seen.add(result.status if result.status == "ok" else reason(result))
             assert SECRET not in str(result.output), "read escaped through a swapped symlink"
     finally:
         stop.set()
         flipper.join()
-    assert "ok" in seen
+    assert "ok" in seen and "path.symlink" in seen, seen
+
+
+def test_a_symlink_in_the_middle_is_refused_even_inside_the_tree(tree: Path) -> None:
+    """Called directly the path must be canonical; the kernel resolves it before deciding."""
+    (tree / "work" / "data" / "to-sub").symlink_to(tree / "work" / "data" / "sub")
+    result = run(executor(tree), "read", path="data/to-sub/deep.txt")
+    assert (result.status, reason(result)) == ("denied", "path.symlink")
+
+
+@pytest.mark.parametrize("action", ["read", "list", "write", "delete"])
+def test_dotdot_that_stays_inside_is_refused_not_collapsed(tree: Path, action: str) -> None:
+    ex = executor(tree, allowed_write=["**"])
+    path = "data/sub/../notes.txt" if action != "list" else "data/sub/.."
+    result = run(ex, action, path=path, content="x")
+    assert (result.status, reason(result)) == ("denied", "path.not-canonical")
+    assert (tree / "work" / "data" / "notes.txt").read_text() == "hello notes"
+
+
+def test_dot_and_repeated_slashes_are_harmless_spellings(tree: Path) -> None:
+    result = run(executor(tree), "read", path="./data//./notes.txt")
+    assert result.output["path"] == str((tree / "work" / "data" / "notes.txt").resolve())
+
+
+def test_an_in_project_symlink_works_end_to_end_through_the_kernel(tree: Path) -> None:
+    """venv/bin/python -> ../../tools/python3 style: the kernel judges and hands the target."""
+    work = (tree / "work").resolve()
+    (work / "tools").mkdir()
+    (work / "tools" / "python3").write_text("the interpreter")
+    (work / "venv" / "bin").mkdir(parents=True)
+    (work / "venv" / "bin" / "python").symlink_to("../../tools/python3")
+    (work / "venv" / "lib").symlink_to(work / "tools")
+    policy = Policy.model_validate({
+        "name": "t", "version": 1,
+        "principal": {"name": "a", "capabilities": [
+            {"tool_class": "file", "constraints": {"allowed_paths": [f"{work}/**"]}}]},
+        "rules": [{"id": "all", "decision": "allow"}],
+        "run_state": {"behavioral_rules": False}})
+    files = FileExecutor(working_dir=str(work), allowed_read=["**"], allowed_write=["**"])
+    with Kernel(policy, working_dir=work, guards=[]) as kernel:
+        for path in ("venv/bin/python", "venv/lib/python3"):
+            read = kernel.execute(file_call("read", path=path), executor=files)
+            assert read.output["content"] == "the interpreter"
+            assert read.output["path"] == f"{work}/tools/python3"
+        wrote = kernel.execute(file_call("write", path="venv/lib/new.txt", content="n"),
+                               executor=files)
+        assert wrote.output["path"] == f"{work}/tools/new.txt"
+        listed = kernel.execute(file_call("list", path="venv/lib"), executor=files)
+        assert {e["name"] for e in listed.output["entries"]} == {"python3", "new.txt"}
+
+
+def file_call(action: str, **params: object) -> dict[str, object]:
+    return {"tool": action, "tool_class": "file", "action": action, "parameters": params}
 
 
 def test_descriptor_path_names_the_real_file_behind_symlinked_directories(tree: Path) -> None:

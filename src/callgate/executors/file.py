@@ -1,12 +1,19 @@
-"""The file executor: read, write, list and delete inside declared trees, verified after open.
+"""The file executor: read, write, list and delete exactly the path that was decided.
 
-Checking a path and then opening it is a race: a symlink swapped in between sends the open
-elsewhere. So every operation here *opens first* and then checks the real path of the open
-descriptor (``/proc/self/fd``) against the allowed trees; only a descriptor that passes is read,
-written or listed. The last component is opened with ``O_NOFOLLOW`` (a symlink there is refused)
-and writes and deletes work relative to a verified descriptor of the parent directory, so the
-name they touch cannot be redirected. Regular files with more than one hard link are refused: a
-hard link would let a path inside a tree name a file that lives outside it.
+The kernel judges a call on the canonical path (``realpath`` at decision time) and hands that
+string here. Opening it again by name would resolve it a second time, and a directory swapped
+for a symlink in between would send the open to a file no rule judged. So every operation opens
+the path with *no symlink followed in any component* (``callgate.executors._open``: ``openat2``
+with ``RESOLVE_NO_SYMLINKS``, or an ``O_NOFOLLOW`` walk), verifies that the descriptor's real
+path is that same path, checks it against this executor's own trees, and then works only through
+the descriptor. A symlink that appeared after the decision makes the call a denial
+(``path.symlink``), never a read of the new target. Writes and deletes work on one name relative
+to a verified descriptor of the parent directory. Regular files with more than one hard link are
+refused: a hard link would let a path inside a tree name a file that lives outside it.
+
+Called directly (without the kernel), the executor takes paths relative to ``working_dir`` too,
+but the path must already be canonical apart from ``.`` and repeated slashes: a symlink in it is
+refused and so is ``..``, which climbs from wherever a symlink led.
 
 Scopes are written as exact paths or ``dir/**`` trees, relative to ``working_dir`` or absolute;
 they are canonicalised (``realpath``) once, when the executor is built.
@@ -19,12 +26,12 @@ import binascii
 import errno
 import os
 import stat
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from callgate._errors import ExecutorError
 from callgate._model import TaintLabel, ToolCall, ToolResult
+from callgate.executors._open import descriptor_path, open_exact, open_in, open_parent, verify
 from callgate.executors._result import (
     Outcome,
     check_action,
@@ -34,10 +41,11 @@ from callgate.executors._result import (
     param_str,
 )
 
+__all__ = ["FileExecutor", "PathScope", "descriptor_path"]
+
 _ACTIONS = ("read", "write", "list", "delete")
 _GLOB_CHARS = frozenset("*?[]{}")
 _OPEN_FLAGS = os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
-_F_GETPATH = 50  # macOS fcntl: the path of a descriptor
 
 
 class PathScope:
@@ -62,22 +70,6 @@ class PathScope:
             return True
         return any(real == tree or real.startswith(tree.rstrip(os.sep) + os.sep)
                    for tree in self.trees)
-
-
-def descriptor_path(fd: int) -> str:
-    """The real path the kernel holds for an open descriptor; fails closed when unknown."""
-    if sys.platform.startswith("linux"):
-        real = os.readlink(f"/proc/self/fd/{fd}")
-    elif sys.platform == "darwin":
-        import fcntl
-
-        raw = fcntl.fcntl(fd, _F_GETPATH, b"\x00" * 1024)
-        real = os.fsdecode(raw.split(b"\x00", 1)[0])
-    else:
-        raise denied("path.unverifiable", "cannot verify the real path of an open file here")
-    if not real.startswith(os.sep):
-        raise denied("path.unverifiable", f"descriptor does not name a path: {real!r}")
-    return real
 
 
 class FileExecutor:
@@ -139,21 +131,29 @@ class FileExecutor:
     def _lexical(self, raw: str) -> str:
         if not raw or "\x00" in raw:
             raise denied("path.invalid", "path is empty or contains a NUL byte")
-        # No lexical collapse of "..": the OS resolves it after symlinks, and so must we, so
-        # that the file checked by the kernel's path gate is the file opened here.
+        # No lexical collapse of "..": the OS resolves it after symlinks, so the early check
+        # below realpaths the whole path and the exact open refuses ".." outright.
         return os.path.join(self._root, raw)
 
     def _require(self, scope: PathScope, real: str, verb: str) -> None:
         if not scope.contains(real):
             raise denied("path.outside-allowed", f"{verb} of {real} is outside the allowed paths")
 
+    def _decided(self, scope: PathScope, path: str, verb: str) -> str:
+        """The exact form to open, after an early refusal of what resolves out of ``scope``.
+
+        The early check only words the common refusal well (``path.outside-allowed`` for a
+        ``..`` or a symlink leading out); what counts is the check of the opened descriptor.
+        """
+        self._require(scope, os.path.realpath(path), verb)
+        return _exact_form(path)
+
     # -- read and list ---------------------------------------------------------------------
     def _do_read(self, path: str, params: Mapping[str, Any]) -> tuple[Any, str]:
         encoding = param_str(params, "encoding", default="utf-8")
-        self._require(self._read, os.path.realpath(path), "read")
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | _OPEN_FLAGS)
+        real = self._decided(self._read, path, "read")
+        fd = open_exact(real, os.O_RDONLY | _OPEN_FLAGS)
         try:
-            real = descriptor_path(fd)
             self._require(self._read, real, "read")
             _require_single_regular(fd, real)
             if os.fstat(fd).st_size > self.max_bytes:
@@ -167,10 +167,9 @@ class FileExecutor:
         return {"path": real, "content": content, "encoding": encoding, "size": len(data)}, real
 
     def _do_list(self, path: str, params: Mapping[str, Any]) -> tuple[Any, str]:
-        self._require(self._read, os.path.realpath(path), "list")
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _OPEN_FLAGS)
+        real = self._decided(self._read, path, "list")
+        fd = open_exact(real, os.O_RDONLY | os.O_DIRECTORY | _OPEN_FLAGS)
         try:
-            real = descriptor_path(fd)
             self._require(self._read, real, "list")
             entries: list[dict[str, Any]] = []
             truncated = False
@@ -187,18 +186,15 @@ class FileExecutor:
 
     # -- write and delete ------------------------------------------------------------------
     def _open_parent(self, path: str) -> tuple[int, str, str]:
-        """Open and verify the parent directory; return its fd, the name and the target path."""
-        parent, name = os.path.split(path)
+        """Open the parent directory exactly; return its fd, the last name and the target path."""
+        name = os.path.basename(path)
         if name in ("", ".", ".."):
             raise denied("path.invalid", f"{path} does not name a file")
-        self._require(self._write, os.path.join(os.path.realpath(parent), name), "write")
-        dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | _OPEN_FLAGS)
-        try:
-            target = os.path.join(descriptor_path(dfd), name)
-            self._require(self._write, target, "write")
-        except BaseException:
-            os.close(dfd)
-            raise
+        parent = os.path.realpath(os.path.dirname(path))
+        self._require(self._write, os.path.join(parent, name), "write")
+        target = _exact_form(path)
+        self._require(self._write, target, "write")
+        dfd, name = open_parent(target)
         return dfd, name, target
 
     def _do_write(self, path: str, params: Mapping[str, Any]) -> tuple[Any, str]:
@@ -212,15 +208,12 @@ class FileExecutor:
         dfd, name, target = self._open_parent(path)
         try:
             # No O_TRUNC: nothing is changed before the descriptor has been verified.
-            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | _OPEN_FLAGS
-            fd = os.open(name, flags, 0o644, dir_fd=dfd)
+            fd = open_in(dfd, name, os.O_WRONLY | os.O_CREAT | _OPEN_FLAGS, 0o644)
         finally:
             os.close(dfd)
         try:
-            real = descriptor_path(fd)
-            if real != target:
-                raise denied("path.escape", f"{target} was replaced while opening ({real})")
-            _require_single_regular(fd, real)
+            verify(fd, target)
+            _require_single_regular(fd, target)
             if append:
                 os.lseek(fd, 0, os.SEEK_END)
             else:
@@ -228,7 +221,7 @@ class FileExecutor:
             _write_all(fd, data)
         finally:
             os.close(fd)
-        return {"path": real, "bytes_written": len(data), "append": append}, real
+        return {"path": target, "bytes_written": len(data), "append": append}, target
 
     def _do_delete(self, path: str, params: Mapping[str, Any]) -> tuple[Any, str]:
         dfd, name, target = self._open_parent(path)
@@ -240,6 +233,15 @@ class FileExecutor:
         finally:
             os.close(dfd)
         return {"path": target, "deleted": True}, target
+
+
+def _exact_form(path: str) -> str:
+    """``path`` without ``.`` and empty segments; ``..`` is refused, never collapsed."""
+    names = [name for name in path.split("/") if name not in ("", ".")]
+    if ".." in names:
+        raise denied("path.not-canonical",
+                     f"{path}: '..' is not followed here; pass the canonical path")
+    return "/" + "/".join(names)
 
 
 def _require_single_regular(fd: int, real: str) -> None:
@@ -311,7 +313,8 @@ def _os_refusal(exc: OSError, path: str) -> Exception:
     """Map an OS error to a stable reason id (symlinks refused by O_NOFOLLOW are denials)."""
     code = exc.errno
     if code == errno.ELOOP:
-        return denied("path.symlink", f"{path}: a symlink is not followed here")
+        return denied("path.symlink", f"{path}: a symlink on the way is not followed (the path "
+                      "changed after it was decided, or is not canonical)")
     reasons = {
         errno.ENOENT: "file.not-found",
         errno.EACCES: "file.permission",
