@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 from callgate.executors._open import (
     DIR_FLAGS,
     _openat2,
-    _verify,
     descriptor_path,
     open_exact,
     open_in,
     open_parent,
     segments,
+    verify,
 )
 from callgate.executors._result import Refusal
 
@@ -134,7 +134,7 @@ def test_a_descriptor_whose_file_was_renamed_after_open_is_refused_as_changed(
     fd = os.open(path, os.O_RDONLY)
     try:
         os.rename(path, f"{tree}/a/b/moved.txt")
-        refused("path.changed", lambda: _verify(fd, path))
+        refused("path.changed", lambda: verify(fd, path))
     finally:
         os.close(fd)
 

@@ -117,7 +117,7 @@ def open_exact(path: str, flags: int, mode: int = 0o644, *, use_openat2: bool = 
     if fd is None:
         fd = _walk(path, flags, mode)
     try:
-        _verify(fd, path)
+        verify(fd, path)
     except BaseException:
         os.close(fd)
         raise
@@ -195,7 +195,8 @@ def _symlink_or(exc: OSError, dir_fd: int, name: str) -> OSError:
     return OSError(errno.ELOOP, "a symlink is not followed here", name)
 
 
-def _verify(fd: int, path: str) -> None:
+def verify(fd: int, path: str) -> None:
+    """Check that ``fd`` holds ``path`` itself: ``ELOOP`` for a symlink, else ``path.changed``."""
     info = os.fstat(fd)
     if stat.S_ISLNK(info.st_mode):
         raise OSError(errno.ELOOP, "a symlink is not followed here", path)
