@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from callgate import SandboxError
-from callgate.sandbox import Sandbox, SandboxOutcome, available_backends
+from callgate.sandbox import Sandbox, SandboxOutcome, available_backends, bwrap, seccomp
 from callgate.sandbox.limits import plan_limits
 
 from .conftest import BUILDER, SYSTEM_PATH, Project, Server, assert_denied, connect_code, policy
@@ -301,10 +301,22 @@ def check_non_root_caller(work: Path) -> None:
         plan=plan_limits(tool.limits, euid=65534, cgroup_base=None, launcher_tasks=2),
     )
     as_nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
-    bomb = box.command(["/bin/sh", "-c", "echo x > build/ok; f(){ f | f & }; f; wait"])
-    done = subprocess.run([*as_nobody, *bomb], capture_output=True, timeout=30, env={}, check=False)
-    assert b"Cannot fork" in done.stderr
-    assert (work / "build" / "ok").read_text() == "x\n"
-    fine = box.command(["/bin/sh", "-c", "for i in 1 2 3; do sleep 0.2 & done; wait; echo ok"])
-    done = subprocess.run([*as_nobody, *fine], capture_output=True, timeout=30, env={}, check=False)
-    assert done.stdout == b"ok\n"
+    # The covers this (root) process made must be reachable, as a non-root caller's own are.
+    os.chmod(os.path.dirname(bwrap.mask_sources()[0]), 0o755)
+    fd = seccomp.filter_fd(seccomp.socket_filter())
+    try:
+        bomb = box.command(["/bin/sh", "-c", "echo x > build/ok; f(){ f | f & }; f; wait"],
+                           seccomp_fd=fd)
+        done = subprocess.run([*as_nobody, *bomb], capture_output=True, timeout=30, env={},
+                              check=False, pass_fds=(fd,))
+        assert b"Cannot fork" in done.stderr
+        assert (work / "build" / "ok").read_text() == "x\n"
+        fine = box.command(
+            ["/bin/sh", "-c", "for i in 1 2 3; do sleep 0.2 & done; wait; echo ok"],
+            seccomp_fd=fd)
+        os.lseek(fd, 0, os.SEEK_SET)
+        done = subprocess.run([*as_nobody, *fine], capture_output=True, timeout=30, env={},
+                              check=False, pass_fds=(fd,))
+        assert done.stdout == b"ok\n"
+    finally:
+        os.close(fd)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
+import textwrap
+import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -74,3 +79,305 @@ def test_a_foreign_error_during_a_run_becomes_a_sandbox_error(project: Project):
     box = Sandbox.for_policy(policy(**BUILDER), working_dir=str(project.root))
     with pytest.raises(SandboxError, match="sandbox failed"):
         box.run(["/bin/cat"], stdin="text, not bytes")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- attacks, per backend
+
+BACKENDS = [
+    pytest.param(name, marks=pytest.mark.skipif(
+        name not in available_backends(), reason=f"{name} cannot start on this host"))
+    for name in ("bwrap", "firejail")
+]
+
+
+def confined(project: Project, backend: str, **fields: object) -> Sandbox:
+    return Sandbox.for_policy(
+        policy(**{**BUILDER, **fields}), working_dir=str(project.root),
+        backend=backend, environ=project.environ,  # type: ignore[arg-type]
+    )
+
+
+def python(box: Sandbox, code: str) -> SandboxOutcome:
+    return box.run(["python3", "-c", textwrap.dedent(code)])
+
+
+#: Opens every file under /proc for writing (opening writes nothing) and prints those that open.
+WRITABLE_PROC = """
+    import os
+    opened = []
+    for top, dirs, files in os.walk("/proc"):
+        for name in files:
+            path = os.path.join(top, name)
+            if os.path.islink(path):
+                continue
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                continue
+            opened.append(path)
+    print(len(opened), *opened[:20])
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the hole is specific to a root caller")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_root_caller_tool_can_open_no_proc_file_for_writing(project: Project, backend: str):
+    outcome = python(confined(project, backend), WRITABLE_PROC)
+    assert outcome.exit_code == 0, outcome
+    assert outcome.stdout.split()[0] == b"0", outcome.stdout[:2000]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the hole is specific to a root caller")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_root_caller_tool_still_writes_into_a_root_owned_write_root(
+    project: Project, backend: str
+):
+    box = confined(project, backend)
+    build = project.root / "build"
+    build.mkdir()
+    os.chown(build, 0, 0)
+    os.chmod(build, 0o755)
+    assert not python(box, "open('build/out', 'w').write('made')").confined
+    assert (build / "out").read_text() == "made"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kernel_state_files_under_proc_cannot_be_read(project: Project, backend: str):
+    outcome = python(confined(project, backend), """
+        for path in ("/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/kcore"):
+            try:
+                with open(path, "rb") as handle:
+                    print(path, len(handle.read(4096)))
+            except OSError as exc:
+                print(path, "refused", exc.errno)
+    """)
+    for line in outcome.stdout.decode().splitlines():
+        assert line.endswith(("refused 13", "refused 2", " 0")), line
+
+
+UNIX_CLIENT = """
+    import socket
+    try:
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(2)
+        client.connect({path!r})
+        print(client.recv(4).decode())
+    except OSError as exc:
+        raise SystemExit(f"connect: {{exc}}")
+"""
+
+
+@pytest.fixture
+def unix_server(project: Project) -> Iterator[tuple[str, list[int]]]:
+    """A root-owned, mode-0600 Unix socket inside the declared ./src, answering ``pong``."""
+    path = str(project.root / "src" / "agent.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(4)
+    listener.settimeout(0.1)
+    hits: list[int] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                hits.append(1)
+                conn.sendall(b"pong")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield path, hits
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        listener.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_network_deny_refuses_a_root_owned_unix_socket_in_a_read_root(
+    project: Project, backend: str, unix_server: tuple[str, list[int]]
+):
+    path, hits = unix_server
+    outcome = python(confined(project, backend, network="deny"), UNIX_CLIENT.format(path=path))
+    assert b"pong" not in outcome.stdout
+    assert hits == []
+    assert outcome.reason_id == "sandbox.network", outcome
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_network_allow_keeps_unix_sockets_working(
+    project: Project, backend: str, unix_server: tuple[str, list[int]]
+):
+    path, hits = unix_server
+    outcome = python(confined(project, backend, network="allow"), UNIX_CLIENT.format(path=path))
+    assert outcome.stdout == b"pong\n", outcome
+    assert hits == [1]
+
+
+#: socket(AF_UNIX, SOCK_STREAM, 0) through the i386 entry (int 0x80, number 359), then a plain
+#: connect with the descriptor it returned.
+I386_SOCKET = """
+    import ctypes, mmap, socket
+    code = bytes([0x53, 0xB8, 0x67, 0x01, 0, 0, 0xBB, 1, 0, 0, 0, 0xB9, 1, 0, 0, 0, 0x31, 0xD2,
+                  0xCD, 0x80, 0x5B, 0x48, 0x63, 0xC0, 0xC3])
+    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    fd = ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(page)))()
+    print("fd", fd, flush=True)
+    client = socket.socket(fileno=fd)
+    client.settimeout(2)
+    client.connect({path!r})
+    print(client.recv(4).decode())
+"""
+#: The same through the x32 system call numbers, and an io_uring instance (whose SOCKET
+#: operation would create a socket without the socket system call).
+X32_AND_IO_URING = """
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    print("x32", libc.syscall(0x40000000 | 41, 1, 1, 0), flush=True)
+    print("io_uring", libc.syscall(425, 4, ctypes.create_string_buffer(120)), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the i386 entry is x86-64's")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_network_deny_holds_through_the_i386_system_call_entry(
+    project: Project, backend: str, unix_server: tuple[str, list[int]]
+):
+    path, hits = unix_server
+    outcome = python(confined(project, backend), I386_SOCKET.format(path=path))
+    assert b"pong" not in outcome.stdout
+    assert hits == []
+    fd_line = [line for line in outcome.stdout.split(b"\n") if line.startswith(b"fd ")]
+    assert not fd_line or int(fd_line[0].split()[1]) < 0, outcome
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x32 is x86-64's")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_network_deny_refuses_x32_sockets_and_io_uring(project: Project, backend: str):
+    outcome = python(confined(project, backend), X32_AND_IO_URING)
+    results = dict(line.split() for line in outcome.stdout.decode().splitlines())
+    assert results.get("x32", "-1") == "-1", outcome
+    assert results.get("io_uring", "-1") == "-1", outcome
+
+
+#: Tries to read and to run every shell the host knows; prints those that work.
+SHELLS_REACHABLE = """
+    import os, subprocess
+    names = {line.strip() for line in open("/etc/shells") if line.startswith("/")}
+    names |= {"/bin/sh", "/bin/bash", "/bin/dash", "/usr/bin/sh", "/bin/rbash"}
+    reached = []
+    for path in sorted(names):
+        if not os.path.lexists(path):
+            continue
+        try:
+            with open(path, "rb") as handle:
+                if handle.read(4):  # firejail shows a hidden file to root as empty
+                    reached.append("read:" + path)
+        except OSError:
+            pass
+        try:
+            subprocess.run([path, "-c", "exit 0"], check=True, timeout=5)
+            reached.append("ran:" + path)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        subprocess.run("true", shell=True, check=True)
+        reached.append("shell=True")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    print(" ".join(reached) or "none")
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shells_are_absent_for_a_command_that_is_not_one(project: Project, backend: str):
+    if not os.path.exists("/etc/shells"):
+        pytest.skip("this host lists no shells")
+    box = confined(project, backend, filesystem={"read": ["./src/**", "/etc/shells"]})
+    outcome = python(box, SHELLS_REACHABLE)
+    assert outcome.stdout == b"none\n", outcome
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shell_declared_by_name_or_run_as_the_command_stays_usable(
+    project: Project, backend: str
+):
+    # /bin/sh is a symlink on most hosts: declaring it needs follow_symlinks (or its target).
+    read = {"read": ["./src/**", "/bin/sh"], "follow_symlinks": ["/bin/sh"]}
+    declared = confined(project, backend, filesystem=read)
+    assert python(declared, "import subprocess; subprocess.run('echo ok', shell=True)"
+                  ).stdout == b"ok\n"
+    assert confined(project, backend).run(["/bin/sh", "-c", "echo ok"]).stdout == b"ok\n"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_running_a_hidden_shell_is_reported_as_a_denial(project: Project, backend: str):
+    outcome = python(confined(project, backend),
+                     "import subprocess; subprocess.run(['/bin/sh', '-c', 'true'])")
+    assert outcome.reason_id == "sandbox.exec", outcome
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_symlinked_roots_that_lead_out_are_refused_before_anything_runs(
+    project: Project, backend: str, tmp_path
+):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (project.root / "out").symlink_to(elsewhere)
+    (project.root / "etc").symlink_to("/etc")
+    writes = {"read": ["./src/**"], "write": ["./out/**"]}
+    with pytest.raises(SandboxError, match="symlink"):
+        confined(project, backend, filesystem=writes).run(["python3", "-c",
+                                                           "open('out/x', 'w')"])
+    assert list(elsewhere.iterdir()) == []
+    with pytest.raises(SandboxError, match="symlink"):
+        confined(project, backend, filesystem={"read": ["./etc/**"]}).run(["true"])
+    followed = {"read": ["./src/**"], "write": ["./out/**"], "follow_symlinks": ["./out/**"]}
+    box = confined(project, backend, filesystem=followed)
+    # A followed root is bound where it really is.
+    assert not box.run(["python3", "-c", f"open('{elsewhere}/x', 'w').write('y')"]).confined
+    assert (elsewhere / "x").read_text() == "y"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_wildcard_match_that_leads_out_through_a_symlink_is_refused(
+    project: Project, backend: str
+):
+    (project.root / "srv" / "a" / "out").mkdir(parents=True)
+    (project.root / "srv" / "b").symlink_to("/etc")
+    with pytest.raises(SandboxError, match="symlink"):
+        confined(project, backend, filesystem={"read": ["./srv/*/**"]}).run(["true"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dotenv_deeper_than_any_fixed_depth_is_hidden(project: Project, backend: str):
+    deep = project.root / "src" / "a" / "b" / "c" / "d" / "e"
+    deep.mkdir(parents=True)
+    (deep / ".env").write_text("API_KEY=deep-secret\n")
+    outcome = confined(project, backend).run(["cat", str(deep / ".env")])
+    assert b"deep-secret" not in outcome.stdout
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_credential_scan_that_cannot_finish_refuses_to_start_the_tool(
+    project: Project, backend: str
+):
+    crowded = project.root / "src" / "a-crowded"
+    crowded.mkdir()
+    for index in range(300):
+        (crowded / f"f{index}").touch()
+    (project.root / "src" / "z-late").mkdir()
+    (project.root / "src" / "z-late" / ".env").write_text("TOKEN=late-secret\n")
+    box = Sandbox.for_policy(
+        policy(**BUILDER), working_dir=str(project.root), backend=backend,  # type: ignore[arg-type]
+        environ=project.environ, scan_limit=200,
+    )
+    with pytest.raises(SandboxError, match="src"):
+        box.run(["cat", str(project.root / "src" / "z-late" / ".env")])

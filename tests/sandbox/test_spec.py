@@ -121,7 +121,7 @@ def test_ssh_under_a_visible_home_is_masked(tmp_path: Path):
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".aws").mkdir()
-    masked = sensitive_paths((str(home),), (str(home),), {"HOME": str(home)})
+    masked = sensitive_paths((str(home),), (str(home),))
     assert masked == (str(home / ".aws"), str(home / ".ssh"))
 
 
@@ -130,7 +130,7 @@ def test_credentials_outside_the_visible_roots_need_no_mask(tmp_path: Path):
     (home / ".ssh").mkdir(parents=True)
     (tmp_path / "src").mkdir()
     src = str(tmp_path / "src")
-    masked = sensitive_paths((src,), (src,), {"HOME": str(home)})
+    masked = sensitive_paths((src,), (src,))
     assert masked == ()
 
 

@@ -20,9 +20,9 @@ from typing import Literal
 from callgate._errors import CallgateError, SandboxError
 from callgate._model import Reason
 from callgate._policy import ToolPolicy
-from callgate.sandbox import bwrap, firejail
+from callgate.sandbox import bwrap, firejail, seccomp
 from callgate.sandbox._runner import RawRun, run_process
-from callgate.sandbox._spec import SandboxSpec, build_spec, check_supported
+from callgate.sandbox._spec import SCAN_LIMIT, SandboxSpec, build_spec, check_supported
 from callgate.sandbox.classify import classify
 from callgate.sandbox.limits import (
     LimitPlan,
@@ -115,8 +115,10 @@ class Sandbox:
         executable: str,
         environ: Mapping[str, str],
         plan: LimitPlan,
+        scan_limit: int = SCAN_LIMIT,
     ) -> None:
         self.policy = policy
+        self.scan_limit = scan_limit
         self.working_dir = working_dir
         self.backend = backend
         self.executable = executable
@@ -133,15 +135,20 @@ class Sandbox:
         allow_unconfined: bool = False,
         environ: Mapping[str, str] | None = None,
         search_path: str | None = None,
+        scan_limit: int = SCAN_LIMIT,
     ) -> Sandbox:
         """A sandbox enforcing ``policy``; raises ``SandboxError`` when it cannot be enforced.
 
         ``environ`` is the environment declared variables are taken from (default: this
         process's environment, read now); ``search_path`` is where to look for the backends'
         executables (default: ``PATH``). Relative globs resolve against ``working_dir``.
+        ``scan_limit`` bounds the directory entries the credential scan visits per run; a run
+        whose roots hold more is refused (``SandboxError``), never run with masks missing.
         """
         check_supported(policy)
         chosen, executable = _choose(backend, allow_unconfined, search_path)
+        if chosen == "bwrap" and policy.network != "allow":
+            seccomp.socket_filter()  # refuse now on a machine the filter is not written for
         launcher = {"bwrap": bwrap.LAUNCHER_TASKS, "firejail": firejail.LAUNCHER_TASKS}
         plan = plan_limits(
             policy.limits,
@@ -157,20 +164,38 @@ class Sandbox:
             executable=executable,
             environ=env,
             plan=plan,
+            scan_limit=scan_limit,
         )
 
-    def _spec(self) -> SandboxSpec:
-        return build_spec(self.policy, working_dir=self.working_dir, environ=self.environ)
+    def _spec(self, argv: Sequence[str]) -> SandboxSpec:
+        return build_spec(
+            self.policy,
+            working_dir=self.working_dir,
+            environ=self.environ,
+            command=argv,
+            scan_limit=self.scan_limit,
+        )
 
     def _wrap(
-        self, spec: SandboxSpec, argv: Sequence[str], *, status_fd: int | None, procs: str | None
+        self,
+        spec: SandboxSpec,
+        argv: Sequence[str],
+        *,
+        status_fd: int | None,
+        procs: str | None,
+        seccomp_fd: int | None = None,
     ) -> list[str]:
         if not argv:
             raise SandboxError("an empty command cannot run")
         prefix = self.plan.prefix
         if self.backend == "bwrap":
             wrapped = bwrap.bwrap_argv(
-                spec, argv, prefix=prefix, status_fd=status_fd, executable=self.executable
+                spec,
+                argv,
+                prefix=prefix,
+                status_fd=status_fd,
+                seccomp_fd=seccomp_fd,
+                executable=self.executable,
             )
         elif self.backend == "firejail":
             wrapped = firejail.firejail_argv(
@@ -182,12 +207,18 @@ class Sandbox:
             wrapped = enter_cgroup_argv(PidsCgroup(os.path.dirname(procs)), wrapped)
         return wrapped
 
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """The full wrapped argv ``run`` would start (its cgroup name is a placeholder)."""
+    def command(self, argv: Sequence[str], *, seccomp_fd: int | None = None) -> list[str]:
+        """The full wrapped argv ``run`` would start (its cgroup name is a placeholder).
+
+        For bwrap with the network denied, ``seccomp_fd`` is the descriptor that will hold
+        ``seccomp.socket_filter()`` when the argv starts (see ``seccomp.filter_fd``); without
+        it the argv names a placeholder that bwrap refuses.
+        """
         base = self.plan.cgroup_base
         procs = None if base is None else os.path.join(base, "run-<id>", "cgroup.procs")
         try:
-            return self._wrap(self._spec(), argv, status_fd=None, procs=procs)
+            spec = self._spec(argv)
+            return self._wrap(spec, argv, status_fd=None, procs=procs, seccomp_fd=seccomp_fd)
         except CallgateError:
             raise
         except Exception as exc:
@@ -204,7 +235,7 @@ class Sandbox:
         if self.backend == "none":
             warn_unconfined(argv)
         try:
-            spec = self._spec()
+            spec = self._spec(argv)
             raw, pids_hit = self._launch(spec, argv, stdin)
         except CallgateError:
             raise
@@ -220,21 +251,26 @@ class Sandbox:
         if self.plan.cgroup_base is not None and self.plan.max_tasks is not None:
             cgroup = PidsCgroup.create(self.plan.cgroup_base, self.plan.max_tasks)
         status_r, status_w = os.pipe() if self.backend == "bwrap" else (-1, -1)
+        filter_fd = -1
         try:
+            if self.backend == "bwrap" and not spec.network:
+                filter_fd = seccomp.filter_fd(seccomp.socket_filter())
             wrapped = self._wrap(
                 spec,
                 argv,
                 status_fd=status_w if status_w >= 0 else None,
                 procs=cgroup.procs_file if cgroup else None,
+                seccomp_fd=filter_fd if filter_fd >= 0 else None,
             )
-            raw = self._execute(spec, wrapped, stdin, status_w, cgroup)
+            passed = tuple(fd for fd in (status_w, filter_fd) if fd >= 0)
+            raw = self._execute(spec, wrapped, stdin, passed, cgroup)
             if status_w >= 0:
                 os.close(status_w)  # our copy: the status pipe reads to EOF once bwrap exits
                 status_w = -1
             started = self._started(raw, status_r)
             pids_hit = cgroup.limit_hit() if cgroup else False
         finally:
-            for fd in (status_r, status_w):
+            for fd in (status_r, status_w, filter_fd):
                 if fd >= 0:
                     with contextlib.suppress(OSError):
                         os.close(fd)
@@ -250,7 +286,7 @@ class Sandbox:
         spec: SandboxSpec,
         wrapped: list[str],
         stdin: bytes | None,
-        status_w: int,
+        pass_fds: tuple[int, ...],
         cgroup: PidsCgroup | None,
     ) -> RawRun:
         limits = spec.limits
@@ -261,7 +297,7 @@ class Sandbox:
             output_limit=None if limits.output_kb is None else limits.output_kb * 1024,
             cwd=None if self.backend == "bwrap" else spec.working_dir,
             env=dict(spec.env) if self.backend == "none" else {},
-            pass_fds=(status_w,) if status_w >= 0 else (),
+            pass_fds=pass_fds,
             kill_extra=cgroup.kill_all if cgroup else None,
         )
 

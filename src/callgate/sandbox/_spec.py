@@ -8,8 +8,13 @@ Glob rules (no widening):
 * a trailing ``/**`` names the directory before it: ``./build/**`` binds exactly ``./build``;
 * any other wildcard (``/srv/*/out/**``, ``./src/*.py``) is expanded at launch time to the
   paths that exist then, and each match is bound exactly; paths created later are not covered;
-* relative patterns resolve against the working directory; every root is resolved with
-  ``realpath`` so a symlink cannot point a root somewhere else;
+* relative patterns resolve against the working directory, ``~`` and ``~/…`` against the home
+  directory (``~user`` is a relative name, as in the path gate);
+* a root that a symlink leads out of where it was written (``./build -> /elsewhere``,
+  ``./src -> /etc``, or a wildcard match such as ``./srv/b -> /etc``) is refused with
+  ``SandboxError`` unless the pattern is listed in ``filesystem.follow_symlinks``; the rule is
+  ``callgate._paths.root_escape``, the path gate's own. Every root is then bound at its
+  ``realpath``;
 * a missing write root inside the working directory is created when the pattern names a
   directory (``./build/**``; a build directory often does not exist before the first build);
   any other missing root is left out, which can only narrow what the tool may touch.
@@ -17,15 +22,21 @@ Glob rules (no widening):
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
-import pwd
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from callgate._errors import SandboxError
+from callgate._paths import root_escape
 from callgate._policy import Limits, NetworkHosts, ToolPolicy
+from callgate.sandbox._credentials import SCAN_LIMIT, is_within, off_path, sensitive_paths
+from callgate.sandbox.shells import hidden_shells
+
+__all__ = [
+    "SCAN_LIMIT", "SandboxSpec", "build_spec", "check_supported", "expand_glob", "is_within",
+    "literal_root", "off_path", "sensitive_paths",
+]
 
 #: Directories a program needs to load at all; bound read-only whatever the policy says.
 #: They hold code and shared data, not secrets.
@@ -50,14 +61,6 @@ NETWORK_FILES: tuple[str, ...] = (
     "/etc/ssl",
     "/etc/ca-certificates",
 )
-#: Credential directories under a home directory, hidden unless declared by name.
-SENSITIVE_DIRS: tuple[str, ...] = (".ssh", ".aws", ".gnupg")
-#: Files (or directories) whose name starts with this are hidden unless declared by name.
-SENSITIVE_PREFIX = ".env"
-#: How deep and how wide the search for sensitive names below a declared root goes.
-SCAN_DEPTH = 3
-SCAN_BUDGET = 20_000
-
 _WILDCARDS = frozenset("*?[")
 
 
@@ -69,6 +72,7 @@ class SandboxSpec:
     write_roots: tuple[str, ...]
     runtime_roots: tuple[str, ...]
     masked: tuple[str, ...]
+    hidden_shells: tuple[str, ...]
     env: Mapping[str, str]
     withheld_env: frozenset[str]
     network: bool
@@ -80,14 +84,19 @@ class SandboxSpec:
         """Every root the tool can see, declared or runtime."""
         return self.runtime_roots + self.read_roots + self.write_roots
 
+    def covered(self) -> tuple[str, ...]:
+        """Every path covered by an empty mode-000 file or directory (credentials, shells)."""
+        return self.masked + self.hidden_shells
+
 
 def _has_wildcard(text: str) -> bool:
     return any(ch in _WILDCARDS for ch in text)
 
 
 def _absolute(pattern: str, working_dir: str) -> str:
-    expanded = os.path.expanduser(pattern)
-    return os.path.normpath(os.path.join(working_dir, expanded))
+    if pattern == "~" or pattern.startswith("~/"):
+        pattern = os.path.expanduser("~") + pattern[1:]
+    return os.path.normpath(os.path.join(working_dir, pattern))
 
 
 def literal_root(pattern: str, working_dir: str) -> str:
@@ -105,11 +114,6 @@ def expand_glob(pattern: str, working_dir: str) -> list[str]:
         return [os.path.realpath(path)]
     matches = glob.glob(path, recursive=True)
     return sorted({os.path.realpath(match) for match in matches})
-
-
-def is_within(path: str, root: str) -> bool:
-    """True when ``path`` is ``root`` or below it."""
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _outermost(paths: Iterable[str]) -> tuple[str, ...]:
@@ -147,106 +151,6 @@ def _read_roots(patterns: Iterable[str], working_dir: str, writes: tuple[str, ..
     return tuple(p for p in _outermost(present) if not any(is_within(p, w) for w in writes))
 
 
-def _is_sensitive_name(name: str) -> bool:
-    return name in SENSITIVE_DIRS or name.startswith(SENSITIVE_PREFIX)
-
-
-def _scan(root: str, budget: list[int]) -> list[str]:
-    """Sensitive names at most ``SCAN_DEPTH`` levels below ``root``, within a shared budget."""
-    found: list[str] = []
-    frontier = [(root, 0)]
-    while frontier and budget[0] > 0:
-        directory, depth = frontier.pop()
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            continue
-        for entry in entries:
-            budget[0] -= 1
-            if _is_sensitive_name(entry.name):
-                found.append(entry.path)
-            elif depth + 1 < SCAN_DEPTH and entry.is_dir(follow_symlinks=False):
-                frontier.append((entry.path, depth + 1))
-    return found
-
-
-def _homes(environ: Mapping[str, str]) -> set[str]:
-    homes = {"/root"}
-    # No user database is not fatal: HOME and the scan below still find credentials.
-    with contextlib.suppress(OSError):
-        homes.update(entry.pw_dir for entry in pwd.getpwall() if entry.pw_dir not in ("", "/"))
-    if environ.get("HOME"):
-        homes.add(environ["HOME"])
-    return {os.path.realpath(home) for home in homes}
-
-
-def off_path(top: str, keep: Iterable[str]) -> list[str]:
-    """Entries met on the way from ``top`` down to each path of ``keep`` that lead elsewhere.
-
-    Hiding them hides everything below ``top`` except ``keep`` (and the directories leading
-    to it). The result is finite: one listing per directory on those ways. Symlinks are left:
-    a link's target is hidden or shown on its own account.
-    """
-    kept = sorted({path for path in keep if is_within(path, top)})
-    if top in kept:
-        return []
-    ways = {top}
-    for path in kept:
-        parent = os.path.dirname(path)
-        while parent not in ways and is_within(parent, top):
-            ways.add(parent)
-            parent = os.path.dirname(parent)
-    found: set[str] = set()
-    for directory in sorted(ways):
-        try:
-            names = os.listdir(directory)
-        except OSError:
-            continue
-        for name in names:
-            path = os.path.join(directory, name)
-            # Mounting over a symlink would hide its target, which may be a kept path; a link
-            # whose target is not kept already leads to something hidden.
-            if os.path.islink(path):
-                continue
-            if path not in ways and not any(is_within(path, k) for k in kept):
-                found.add(path)
-    return sorted(found)
-
-
-def sensitive_paths(
-    visible: tuple[str, ...], named: tuple[str, ...], environ: Mapping[str, str]
-) -> tuple[str, ...]:
-    """Credential paths inside the visible roots that were not declared by name.
-
-    ``named`` are the declared roots before nesting was removed. A credential path is
-    declared by name when a declared root is that path or lies below it; a root above it
-    (``~/**``) does not name it. Declaring ``~/.ssh/known_hosts`` shows that file only: the
-    rest of ``~/.ssh`` stays hidden.
-    """
-    candidates: set[str] = set()
-    for home in _homes(environ):
-        # Only homes that overlap a visible root can expose anything (this keeps a large
-        # user database cheap).
-        if any(is_within(home, root) or is_within(root, home) for root in visible):
-            candidates.update(os.path.join(home, name) for name in SENSITIVE_DIRS)
-    budget = [SCAN_BUDGET]
-    for root in visible:
-        if os.path.isdir(root):
-            candidates.update(_scan(root, budget))
-    # A symlinked credential directory is masked where it really is; if that place is not
-    # visible the link already dangles inside the sandbox.
-    resolved = {os.path.realpath(path) for path in candidates if os.path.lexists(path)}
-    masked: set[str] = set()
-    for path in resolved:
-        if not os.path.exists(path) or not any(is_within(path, root) for root in visible):
-            continue
-        below = [root for root in named if is_within(root, path)]
-        if path in below:
-            continue
-        masked.update(off_path(path, below) if below else [path])
-    return tuple(sorted(masked))
-
-
 def _environment(
     policy: ToolPolicy, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], frozenset[str]]:
@@ -267,14 +171,53 @@ def check_supported(policy: ToolPolicy) -> None:
         raise SandboxError("the tool declares exec: deny; a subprocess tool needs exec: allow")
 
 
+def _match_escape(pattern: str, match: str, working_dir: str) -> str | None:
+    """``root_escape`` asked of one path a wildcard matched, spelled the way ``pattern`` is."""
+    if _has_wildcard(match):
+        return (f"{match!r}, matched by {pattern!r}, holds wildcard characters, so whether it "
+                f"leads out through a symlink cannot be checked; declare it by its own path")
+    if pattern.startswith("/"):
+        spelled = match
+    elif pattern == "~" or pattern.startswith("~/"):
+        spelled = "~/" + os.path.relpath(match, os.path.expanduser("~"))
+    else:
+        spelled = "./" + os.path.relpath(match, working_dir)
+    return root_escape(spelled, working_dir)
+
+
+def check_roots(patterns: Iterable[str], working_dir: str, follow: Collection[str]) -> None:
+    """Refuse a root that a symlink leads out of where it was written (unless followed).
+
+    The rule is ``callgate._paths.root_escape``, asked of each pattern's literal root and,
+    for a pattern with a wildcard, of each path it matches now.
+    """
+    for pattern in patterns:
+        problem = root_escape(pattern, working_dir, follow=follow)
+        if problem is None and pattern not in follow and _has_wildcard(pattern):
+            for match in glob.glob(literal_root(pattern, working_dir), recursive=True):
+                problem = problem or _match_escape(pattern, match, working_dir)
+        if problem is not None:
+            raise SandboxError(f"sandbox root refused: {problem}")
+
+
 def build_spec(
-    policy: ToolPolicy, *, working_dir: str, environ: Mapping[str, str]
+    policy: ToolPolicy,
+    *,
+    working_dir: str,
+    environ: Mapping[str, str],
+    command: Sequence[str] = (),
+    scan_limit: int = SCAN_LIMIT,
 ) -> SandboxSpec:
-    """Resolve a tool policy into a ``SandboxSpec`` (globs are expanded now)."""
+    """Resolve a tool policy into a ``SandboxSpec`` for running ``command`` (globs expand now).
+
+    Raises ``SandboxError`` when a root leads out through a symlink or the credential scan
+    cannot finish within ``scan_limit`` entries.
+    """
     check_supported(policy)
     cwd = os.path.realpath(os.path.join(working_dir, policy.working_dir or "."))
     fs = policy.filesystem
     write_globs, read_globs = (fs.write or (), fs.read or ()) if fs else ((), ())
+    check_roots((*write_globs, *read_globs), cwd, fs.follow_symlinks if fs else ())
     writes = _write_roots(write_globs, cwd)
     reads = _read_roots(read_globs, cwd, writes)
     named = tuple(p for pattern in (*write_globs, *read_globs) for p in expand_glob(pattern, cwd))
@@ -286,7 +229,8 @@ def build_spec(
         read_roots=reads,
         write_roots=writes,
         runtime_roots=runtime_present,
-        masked=sensitive_paths(reads + writes, named, environ),
+        masked=sensitive_paths(reads + writes, named, scan_limit),
+        hidden_shells=hidden_shells(command, named, env, cwd),
         env=env,
         withheld_env=withheld,
         network=network,

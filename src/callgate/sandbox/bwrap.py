@@ -4,10 +4,17 @@ The root is an empty tmpfs that is remounted read-only once the mounts are in pl
 everything outside the write roots is read-only or absent, ``/tmp`` included (``scratch``
 gives a private, empty, writable ``/tmp``). The runtime directories (``/usr``, ``/lib`` …) are
 bound read-only; declared read roots read-only; declared write roots read-write, exactly.
-Credential paths inside a visible root are covered by an empty mode-000 file or directory, so
-reading them fails with ``EACCES``. The tool runs as uid/gid 65534 in its own user, pid, ipc,
-uts, cgroup and (unless the network is allowed) network namespaces, with no capabilities,
-in a new session, with a cleared environment, and dies with its launcher.
+Credential paths inside a visible root, the host's shells (unless the tool needs one, see
+``shells``) and the ``/proc`` entries that expose kernel state (``PROC_HIDDEN``) are covered
+by an empty mode-000 file or directory, so reading them fails with ``EACCES``. ``/proc`` is the
+tool's own and **read-only as a whole**: a sandbox started by root runs the tool as kernel uid
+0 (as uid 65534 of its user namespace), and ``/proc/sys`` files are writable by uid 0 whatever
+the capabilities; bwrap's own read-only cover of ``/proc/sys`` is skipped when its directory
+probe says it is not writable, which is what it says for uid 0. The tool runs as uid/gid 65534
+in its own user, pid, ipc, uts, cgroup and (unless the network is allowed) network
+namespaces, with no capabilities, in a new session, with a cleared environment, and dies with
+its launcher. With the network denied, the ``seccomp`` filter (read from a descriptor)
+refuses sockets that could reach a host Unix socket by path.
 """
 
 from __future__ import annotations
@@ -21,11 +28,15 @@ import tempfile
 from collections.abc import Sequence
 
 from callgate.sandbox._spec import SandboxSpec, is_within
+from callgate.sandbox.procfs import proc_hidden
 
 SANDBOX_UID = 65534
 HOSTNAME = "callgate-sandbox"
 #: Tasks bwrap keeps in the pids cgroup besides the tool: the launcher and the pid-1 reaper.
 LAUNCHER_TASKS = 2
+#: Stands for the seccomp descriptor in an argv built for display (bwrap refuses to start
+#: with it, so such an argv never runs without its filter).
+SECCOMP_FD_PLACEHOLDER = "<seccomp-fd>"
 
 
 @functools.cache
@@ -70,11 +81,10 @@ def _mounts(spec: SandboxSpec) -> list[tuple[str, list[str]]]:
 
 
 def _masks(spec: SandboxSpec) -> list[str]:
-    if not spec.masked:
-        return []
+    covered = (*spec.covered(), *proc_hidden())
     empty_dir, empty_file = mask_sources()
     args: list[str] = []
-    for path in spec.masked:
+    for path in covered:
         source = empty_dir if os.path.isdir(path) else empty_file
         args += ["--ro-bind", source, path]
     return args
@@ -86,9 +96,15 @@ def bwrap_argv(
     *,
     prefix: Sequence[str] = (),
     status_fd: int | None = None,
+    seccomp_fd: int | None = None,
     executable: str = "bwrap",
 ) -> list[str]:
-    """The full bwrap command line that runs ``argv`` confined by ``spec``."""
+    """The full bwrap command line that runs ``argv`` confined by ``spec``.
+
+    With the network denied, ``seccomp_fd`` is the descriptor holding
+    ``seccomp.socket_filter()`` in the process that starts the command (None writes
+    ``SECCOMP_FD_PLACEHOLDER``).
+    """
     out = [executable, "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     out += ["--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     out += ["--unshare-cgroup-try", "--hostname", HOSTNAME]
@@ -100,8 +116,11 @@ def bwrap_argv(
     for _, args in _mounts(spec):
         out += args
     out += _masks(spec)
+    out += ["--remount-ro", "/proc"]
     if "/" not in spec.write_roots:
         out += ["--remount-ro", "/"]
+    if not spec.network:
+        out += ["--seccomp", SECCOMP_FD_PLACEHOLDER if seccomp_fd is None else str(seccomp_fd)]
     out += ["--chdir", spec.working_dir]
     if status_fd is not None:
         out += ["--json-status-fd", str(status_fd)]

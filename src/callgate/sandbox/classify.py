@@ -15,8 +15,13 @@ The signals, in the order they are checked:
 * stderr shows ``EACCES`` ("Permission denied") on a masked credential path, or ``ENOENT``
   (bwrap) / ``EACCES`` (firejail) on a path that exists on the host but is outside every
   visible root: ``sandbox.read``;
+* with the network denied, the tool died of ``SIGSYS`` (a system call through another ABI,
+  which the socket filter kills): ``sandbox.syscall``;
+* stderr shows ``EACCES`` on a hidden shell (``/bin/sh``, or any path resolving to one):
+  ``sandbox.exec``;
 * with the network unshared, stderr shows ``ENETUNREACH`` / ``ECONNREFUSED`` / a failed name
-  lookup: ``sandbox.network``;
+  lookup, or a socket family the filter refuses (``EAFNOSUPPORT`` from bwrap's filter,
+  ``EOPNOTSUPP`` on a socket or connect line from firejail's): ``sandbox.network``;
 * stderr shows a missing variable (``KeyError: 'X'``, "X: parameter not set", "X: unbound
   variable") for a variable that exists on the host but was withheld: ``sandbox.environment``.
 
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from callgate.sandbox._spec import SandboxSpec, is_within
 
 _EXIT_SIGXCPU = 128 + signal.SIGXCPU
+_EXIT_SIGSYS = 128 + signal.SIGSYS
 _QUOTED = re.compile(r"['\"‘`]([^'\"’`]+)['\"’`]")
 _STRIP = "'\"`‘’,()[]"
 _FORK = ("cannot fork", "can't fork", "resource temporarily unavailable", "errno 11]")
@@ -45,7 +51,10 @@ _NET = (
     "name or service not known",
     "could not resolve host",
     "no address associated with hostname",
+    "address family not supported",
 )
+_NOT_SUPPORTED = "operation not supported"
+_SOCKET_WORDS = ("socket", "connect")
 _ENV = (
     re.compile(r"KeyError: '([A-Za-z_][A-Za-z0-9_]*)'"),
     re.compile(r"([A-Za-z_][A-Za-z0-9_]*): (?:parameter not set|unbound variable)"),
@@ -90,6 +99,19 @@ def _write(line: str, low: str, spec: SandboxSpec) -> Confinement | None:
     return Confinement("sandbox.write", f"write outside declared roots blocked (EROFS): {path}")
 
 
+def _exec(line: str, low: str, spec: SandboxSpec) -> Confinement | None:
+    if "permission denied" not in low or not spec.hidden_shells:
+        return None
+    for path in _paths(line, spec.working_dir):
+        if os.path.realpath(path) in spec.hidden_shells:
+            return Confinement(
+                "sandbox.exec",
+                f"shell {path} is not available: the command is not a shell and the policy "
+                f"does not declare it by name",
+            )
+    return None
+
+
 def _read(line: str, low: str, spec: SandboxSpec) -> Confinement | None:
     denied = "permission denied" in low
     missing = "no such file or directory" in low or "directory nonexistent" in low
@@ -118,7 +140,10 @@ def _read(line: str, low: str, spec: SandboxSpec) -> Confinement | None:
 
 
 def _network(line: str, low: str, spec: SandboxSpec) -> Confinement | None:
-    if spec.network or not any(marker in low for marker in _NET):
+    if spec.network:
+        return None
+    refused_family = _NOT_SUPPORTED in low and any(word in low for word in _SOCKET_WORDS)
+    if not refused_family and not any(marker in low for marker in _NET):
         return None
     return Confinement(
         "sandbox.network", f"network connection blocked (network not declared): {line.strip()}"
@@ -139,6 +164,7 @@ def _environment(line: str, low: str, spec: SandboxSpec) -> Confinement | None:
 
 _LINE_CHECKS: tuple[Callable[[str, str, SandboxSpec], Confinement | None], ...] = (
     _write,
+    _exec,
     _read,
     _network,
     _environment,
@@ -149,6 +175,11 @@ def _limits(
     exit_code: int | None, low_err: str, pids_hit: bool, spec: SandboxSpec
 ) -> Confinement | None:
     limits = spec.limits
+    if not spec.network and exit_code in (_EXIT_SIGSYS, -signal.SIGSYS):
+        return Confinement(
+            "sandbox.syscall",
+            "a system call through another ABI (i386 or x32) was refused (SIGSYS)",
+        )
     if limits.cpu_seconds is not None and exit_code in (_EXIT_SIGXCPU, -signal.SIGXCPU):
         return Confinement(
             "sandbox.limit.cpu", f"CPU limit of {limits.cpu_seconds} s reached (SIGXCPU)"

@@ -1,12 +1,15 @@
 """The firejail backend, for hosts where bubblewrap cannot start (no user namespaces).
 
 firejail is setuid, so it confines without unprivileged user namespaces: ``--read-only=/``
-with ``--read-write`` for each write root, ``--blacklist`` for every path that leads away from
-the visible roots and for credential paths (a hidden directory fails with ``EACCES``; a hidden
-file reads as empty when the caller is root), ``--net=none``
-unless the network is allowed, a new ipc namespace and hostname, no capabilities, no new
-privileges, no supplementary groups, and an environment cleared with ``env -i``. The options
-go in a generated profile file, because firejail caps its command line at 128 arguments.
+with ``--read-write`` for each write root, a read-only ``/proc``, ``--blacklist`` for every
+path that leads away from the visible roots, for credential paths, hidden shells and the
+``/proc`` entries of ``procfs.PROC_HIDDEN`` (a hidden directory fails with ``EACCES``; a hidden
+file reads as empty when the caller is root), ``--net=none`` unless the network is allowed,
+with its socket filter (``protocol inet,inet6,netlink``: other families fail with
+``EOPNOTSUPP``; io_uring and the secondary system call ABIs are refused), a new ipc namespace
+and hostname, no capabilities, no new privileges, no supplementary groups, and an environment
+cleared with ``env -i``. The options go in a generated profile file, because firejail caps
+its command line at 128 arguments.
 
 Differences from bwrap, all documented in ``docs/sandbox.md``: the tool keeps the caller's uid,
 ``/run/firejail`` must stay visible for firejail itself, ``/tmp`` is read-only rather than
@@ -26,20 +29,28 @@ from collections.abc import Sequence
 
 from callgate._errors import SandboxError
 from callgate.sandbox._spec import SandboxSpec, is_within, off_path
+from callgate.sandbox.procfs import proc_hidden
 
 HOSTNAME = "callgate-sandbox"
 #: firejail keeps its launcher and the sandbox monitor in the pids cgroup besides the tool.
 LAUNCHER_TASKS = 2
 #: Paths firejail needs to stay visible for itself.
 _FIREJAIL_OWN = ("/proc", "/dev", "/run/firejail")
+#: With the network denied: the socket families left (as bwrap's filter), io_uring refused,
+#: the i386 and x32 system call entries refused.
+_SOCKET_FILTER = (
+    "protocol inet,inet6,netlink",
+    "seccomp.block-secondary",
+    "seccomp.drop io_uring_setup,io_uring_enter,io_uring_register",
+)
 
 
 def firejail_profile(spec: SandboxSpec) -> str:
     """The firejail profile text for ``spec`` (a file: the command line is capped at 128)."""
     lines = ["caps.drop all", "nonewprivs", "nogroups", "ipc-namespace"]
-    lines += [f"hostname {HOSTNAME}", "read-only /"]
+    lines += [f"hostname {HOSTNAME}", "read-only /", "read-only /proc"]
     if not spec.network:
-        lines.append("net none")
+        lines += ["net none", *_SOCKET_FILTER]
     if spec.scratch:
         under_tmp = [root for root in spec.visible() if is_within(root, "/tmp")]
         if under_tmp:
@@ -52,7 +63,7 @@ def firejail_profile(spec: SandboxSpec) -> str:
     lines += [f"read-write {path}" for path in spec.write_roots]
     visible = (*spec.visible(), *_FIREJAIL_OWN, spec.working_dir)
     lines += [f"blacklist {path}" for path in off_path("/", visible)]
-    lines += [f"blacklist {path}" for path in spec.masked]
+    lines += [f"blacklist {path}" for path in (*spec.covered(), *proc_hidden())]
     if any("\n" in line for line in lines):
         raise SandboxError("a path containing a newline cannot be written to a firejail profile")
     return "\n".join(lines) + "\n"
@@ -91,7 +102,10 @@ def firejail_argv(
     profile = write_profile(spec)
     env = [f"{name}={value}" for name, value in sorted(spec.env.items())]
     head = [executable, "--quiet", f"--profile={profile}"]
-    return [*head, "--", "/usr/bin/env", "-i", *env, *prefix, *argv]
+    # No "--": with it, firejail runs the command through the caller's login shell
+    # ("bash -c"), which needs a shell inside; without it, the first word that is not an
+    # option (env) ends firejail's options and everything after it is passed as is.
+    return [*head, "/usr/bin/env", "-i", *env, *prefix, *argv]
 
 
 @functools.cache
