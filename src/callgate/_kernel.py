@@ -6,6 +6,11 @@
 The order is a security property: nothing executes before its decision is in the audit log, and
 a quarantined run is stopped before any grant or rule is consulted. Each step returns ``None``
 (go on) or a ``Reason`` (stop with deny); only the rules step can produce another verdict.
+Between the steps the decision's deadline is checked; passing it is a deny.
+
+Nothing but ``Denied`` leaves the public entry points: an error in a step, in the audit store
+(a second writer, a full disk, content it cannot encode) or in a guard becomes a deny or an error
+result with its reason, logged, and recorded as far as the store still can.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from callgate._behaviour import (
     descriptions_for,
 )
 from callgate._capabilities import CapabilityToken, RateLimiter, check_grants, issue_token
-from callgate._errors import AuditError, CallgateError, Denied, ExecutorError
+from callgate._errors import AuditError, CallgateError, Denied
 from callgate._model import Decision, Reason, TaintLabel, ToolCall, ToolResult
 from callgate._paths import PathRejected, canonical_parameters
 from callgate._policy import CapabilityConstraints, Policy, ToolPolicy
@@ -66,10 +71,18 @@ Executor = Callable[[ToolCall], Any]
 
 MAX_PARAMETER_BYTES = 1 << 20
 MAX_PARAMETER_DEPTH = 32
+#: Seconds a decision (validation to behaviour) may take before it is a deny.
+DEFAULT_DECISION_DEADLINE_S = 5.0
+#: Characters of an error message or stand-in text kept in reasons and audit records.
+MAX_ERROR_CHARS = 2048
 
 
 def _deny(reason_id: str, check: str, message: str) -> Reason:
     return Reason(id=reason_id, check=check, message=message)
+
+
+def _denial(call: ToolCall, reason: Reason) -> Decision:
+    return Decision(verdict="deny", reasons=(reason,), call_id=call.id)
 
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -89,7 +102,7 @@ def _measure(value: Any) -> tuple[int, int]:
             size += len(item) + 2
             continue
         depth = max(depth, level)
-        if level > MAX_PARAMETER_DEPTH:
+        if level > MAX_PARAMETER_DEPTH or size > MAX_PARAMETER_BYTES:
             break
         if isinstance(item, Mapping):
             size += 2
@@ -111,13 +124,21 @@ class Kernel:
     ``working_dir`` defaults to the policy's ``working_dir``, then the current directory.
     ``guards`` defaults to the content guards the policy's ``guards`` section configures (all on
     when it is absent); ``guard_state`` is a SQLite file where they remember secrets across runs.
+    ``decision_deadline_s`` bounds each decision, measured on ``timer`` (monotonic seconds).
     """
 
     def __init__(self, policy: Policy | Any, *, audit: str | os.PathLike[str] | AuditStore | None
                  = None, working_dir: str | os.PathLike[str] | None = None,
                  approval_handler: ApprovalHandler | None = None, approval_timeout_s: float = 60.0,
                  run_id: str | None = None, clock: Callable[[], float] = time.time,
-                 guards: Sequence[Guard] | None = None, guard_state: str | None = None) -> None:
+                 guards: Sequence[Guard] | None = None, guard_state: str | None = None,
+                 decision_deadline_s: float = DEFAULT_DECISION_DEADLINE_S,
+                 timer: Callable[[], float] = time.monotonic) -> None:
+        if not decision_deadline_s > 0:
+            raise CallgateError(f"decision_deadline_s must be a positive number of seconds, "
+                                f"not {decision_deadline_s!r}")
+        self.decision_deadline_s = float(decision_deadline_s)
+        self._timer = timer
         self.policy: Policy = policy if isinstance(policy, Policy) else policy.policy
         wd = working_dir or self.policy.working_dir or os.getcwd()
         self.working_dir = os.path.realpath(os.fspath(wd))
@@ -150,6 +171,8 @@ class Kernel:
         self._pending_grant: int | None = None
         self._pending_quarantine: Quarantine | None = None
         self._pending_alerts: list[Violation] = []
+        # audit records that failed since the last decision; the next one is denied for them
+        self._unaudited: list[str] = []
         self._blocked_by: str | None = None
         self.manifest_hash = manifest_hash(build_manifest(self.policy, self._tools))
         self._audit = self._open_audit(audit)
@@ -167,13 +190,16 @@ class Kernel:
         return self._taint.sources
 
     def check(self, call: ToolCall | Mapping[str, Any]) -> Decision:
-        """Decide a call and record it in the run as attempted. Never raises on a deny."""
+        """Decide a call and record it in the run as attempted. Never raises."""
         with self._lock:
-            decision, normalized = self._decide(call)
-            if decision.verdict != "deny":
-                self._assume_ran(normalized)
-            self._commit(normalized, decision, None)
-            return decision
+            try:
+                decision, normalized = self._decide(call)
+                if decision.verdict != "deny":
+                    decision = self._assume_ran(normalized, decision)
+                self._commit(normalized, decision, None)
+                return decision
+            except Exception as exc:
+                return self._crashed(call, exc)
 
     def execute(self, call: ToolCall | Mapping[str, Any],
                 executor: Executor | None = None) -> ToolResult:
@@ -194,18 +220,21 @@ class Kernel:
             return self._mediate(call, executor)
         except Denied as denied:
             return denied.decision, denied.result
+        except Exception as exc:
+            with self._lock:
+                return self._crashed(call, exc), None
 
     def _mediate(self, call: ToolCall | Mapping[str, Any], executor: Executor | None
                  ) -> tuple[Decision, ToolResult | None]:
         with self._lock:
             decision, normalized = self._decide(call)
             if decision.verdict == "require-approval":
-                decision = self._ask_approval(normalized, decision)
+                decision = self._account(self._ask_approval(normalized, decision))
             if decision.verdict != "allow":
                 self._commit(normalized, decision, None)
                 raise Denied(decision)
-            run = executor or self._executor_for(normalized)
-            return decision, self._run(normalized, run, decision)
+            return decision, self._run(normalized, executor or self._executor_for(normalized),
+                                       decision)
 
     def register_executor(self, key: str, executor: Executor) -> None:
         """Route calls of a tool name or tool class to ``executor``."""
@@ -234,36 +263,52 @@ class Kernel:
     def issue_token(self, tool_class: str, *, actions: list[str] | None = None,
                     constraints: CapabilityConstraints | None = None, ttl_s: float = 300.0,
                     max_uses: int | None = None) -> CapabilityToken:
-        """Issue a capability token from the principal's grants; raises ``Denied`` if none."""
+        """Issue a capability token from the principal's grants; raises ``Denied`` if none.
+
+        Nothing else is raised: an internal error is a denied request with its reason.
+        """
         with self._lock:
-            self._state.counters.capability_requests += 1
-            event = {"action": "capability_request",
-                     "args": {"requested_class": tool_class,
-                              "class_risk": CLASS_RISK.get(tool_class, 0)}}
-            blocked = self._enforce_request(event)
-            result: CapabilityToken | str
-            if blocked is not None:
-                result = blocked
-            elif self._state.quarantined:
-                result = "the run is quarantined: no capability is issued"
-            else:
-                result = issue_token(self._principal, self._grants, tool_class,
-                                     actions=actions, constraints=constraints, ttl_s=ttl_s,
-                                     max_uses=max_uses, now=self._clock())
-            event["status"] = "denied" if isinstance(result, str) else "ok"
-            self._behaviour.commit(event, {}, self._taint.sources)
-            if self._pending_quarantine is not None:
-                self._record_system("quarantine", self._pending_quarantine.as_payload())
-                self._pending_quarantine = None
-            if isinstance(result, str):
-                rid = self._blocked_by or "capability.token-denied"
-                decision = Decision(verdict="deny", reasons=(_deny(rid, "capability", result),))
-                self._record_system("capability-denied", {"tool_class": tool_class,
-                                                          "reason": result})
+            try:
+                return self._issue_token(tool_class, actions, constraints, ttl_s, max_uses)
+            except Denied:
+                raise
+            except Exception as exc:
+                why = self._internal_error("issue_token", tool_class, exc)
                 self._after_deny(capability=True)
-                raise Denied(decision)
-            self._tokens[result.id] = result
-            return result
+                raise Denied(Decision(verdict="deny", reasons=(
+                    _deny("internal.error", "capability", why),))) from exc
+
+    def _issue_token(self, tool_class: str, actions: list[str] | None,
+                     constraints: CapabilityConstraints | None, ttl_s: float,
+                     max_uses: int | None) -> CapabilityToken:
+        self._state.counters.capability_requests += 1
+        event = {"action": "capability_request",
+                 "args": {"requested_class": tool_class,
+                          "class_risk": CLASS_RISK.get(tool_class, 0)}}
+        blocked = self._enforce_request(event)
+        result: CapabilityToken | str
+        if blocked is not None:
+            result = blocked
+        elif self._state.quarantined:
+            result = "the run is quarantined: no capability is issued"
+        else:
+            result = issue_token(self._principal, self._grants, tool_class,
+                                 actions=actions, constraints=constraints, ttl_s=ttl_s,
+                                 max_uses=max_uses, now=self._clock())
+        event["status"] = "denied" if isinstance(result, str) else "ok"
+        self._behaviour.commit(event, {}, self._taint.sources)
+        if self._pending_quarantine is not None:
+            self._record_system("quarantine", self._pending_quarantine.as_payload())
+            self._pending_quarantine = None
+        if isinstance(result, str):
+            rid = self._blocked_by or "capability.token-denied"
+            decision = Decision(verdict="deny", reasons=(_deny(rid, "capability", result),))
+            self._record_system("capability-denied", {"tool_class": tool_class,
+                                                      "reason": result})
+            self._after_deny(capability=True)
+            raise Denied(decision)
+        self._tokens[result.id] = result
+        return result
 
     def register_token(self, token: CapabilityToken) -> None:
         """Make a token produced by ``CapabilityToken.narrow`` usable in calls."""
@@ -280,23 +325,29 @@ class Kernel:
 
         Returns the violated statements (``resp``, ``rslv``, ``eventually`` and ``bresp``
         windows never answered); a second call returns an empty list.
+        Never raises: statements the monitor could not finish come back undecided
+        (``kind="unknown"``), and a store that cannot record the end is logged.
         """
         with self._lock:
             if self._ended:
                 return []
             self._ended = True
-            violations = self._behaviour.finish()
+            try:
+                violations = self._behaviour.finish()
+            except Exception as exc:
+                why = self._internal_error("end_run", self.run_id, exc)
+                violations = [Violation(statement="internal.error", enforce="block", events=(),
+                                        message=why, kind="unknown")]
             for v in violations:
                 self._record_system("violation", _violation_json(v))
-            if self._audit is not None:
-                self._audit.end_run(self.run_id)
+            self._write("run-end", lambda store: store.end_run(self.run_id))
             return violations
 
     def close(self) -> None:
-        """End the run (if not ended) and close the audit store."""
+        """End the run (if not ended) and close the audit store. Never raises."""
         self.end_run()
         if self._audit is not None:
-            self._audit.close()
+            self._write("close", lambda store: store.close())
             self._audit = None
 
     def __enter__(self) -> Kernel:
@@ -309,41 +360,55 @@ class Kernel:
 
     def _decide(self, raw: ToolCall | Mapping[str, Any]) -> tuple[Decision, ToolCall]:
         self._seq += 1
+        started = self._timer()
+        attempted = True
         try:
             call_or_reason = self._validate(raw)
             if isinstance(call_or_reason, Reason):
+                # an invalid call is denied and counted, but attempts nothing
                 decision = Decision(verdict="deny", reasons=(call_or_reason,))
-                call = _placeholder(raw, self)
-                decision = self._audit_decision(call, decision)
-                self._after_deny()
-                return decision, call
-            call = call_or_reason
-            decision = self._evaluate(call)
+                call, attempted = _placeholder(raw, self), False
+            else:
+                call = call_or_reason
+                decision = self._evaluate(call, started)
         except Exception as exc:
-            log.exception("internal error while deciding")
-            decision = Decision(verdict="deny", reasons=(
-                _deny("internal.error", "kernel", f"{type(exc).__name__}: {exc}"),))
+            why = self._internal_error("decide", f"call {self._seq}", exc)
+            decision = Decision(verdict="deny", reasons=(_deny("internal.error", "kernel", why),))
             call = _placeholder(raw, self)
         decision = self._audit_decision(call, decision)
-        self._update_state(call, decision)
-        return decision, call
+        return self._settle(call, decision, attempted=attempted), call
 
-    def _evaluate(self, call: ToolCall) -> Decision:
+    def _evaluate(self, call: ToolCall, started: float) -> Decision:
+        reason = self._past_deadline(started, "validate")
         for step in (self._step_run_state, self._step_capability, self._step_tool_policy):
-            reason = step(call)
             if reason is not None:
-                return Decision(verdict="deny", reasons=(reason,), call_id=call.id)
+                return _denial(call, reason)
+            reason = step(call) or self._past_deadline(started, step.__name__[len("_step_"):])
         taint = self._step_taint(call)
-        reason = self._step_guards(call, taint)
+        reason = reason or self._step_guards(call, taint, started)
         if reason is not None:
-            return Decision(verdict="deny", reasons=(reason,), call_id=call.id)
+            return _denial(call, reason)
         decision = self._step_rules(call, taint)
-        if decision.verdict == "deny":
-            return decision
-        behaviour = self._step_behaviour(call, taint)
-        return behaviour if behaviour is not None else decision
+        late = self._past_deadline(started, "rules")
+        if decision.verdict == "deny" or late is not None:
+            return decision if late is None else _denial(call, late)
+        behaviour = self._step_behaviour(call, taint)  # a deny, or None
+        late = None if behaviour is not None else self._past_deadline(started, "behaviour")
+        return behaviour or (decision if late is None else _denial(call, late))
+
+    def _past_deadline(self, started: float, step: str) -> Reason | None:
+        """A deny once the decision has taken longer than its deadline, else None."""
+        elapsed = self._timer() - started
+        if elapsed <= self.decision_deadline_s:
+            return None
+        return _deny("decision.deadline", "deadline",
+                     f"the decision took {elapsed:.3g}s, past its deadline of "
+                     f"{self.decision_deadline_s:g}s (at the {step} step)")
 
     def _validate(self, raw: ToolCall | Mapping[str, Any]) -> ToolCall | Reason:
+        if not isinstance(raw, ToolCall | Mapping):
+            return _deny("input.invalid", "validate",
+                         f"a call must be a mapping, not {type(raw).__name__}")
         data = raw.model_dump() if isinstance(raw, ToolCall) else dict(raw)
         declared = self._tools.get(str(data.get("tool", "")))
         if "tool_class" not in data and declared is not None and declared.tool_class:
@@ -408,11 +473,13 @@ class Kernel:
     def _step_taint(self, call: ToolCall) -> frozenset[str]:
         return self._taint.input_taint(call)
 
-    def _step_guards(self, call: ToolCall, taint: frozenset[str]) -> Reason | None:
+    def _step_guards(self, call: ToolCall, taint: frozenset[str], started: float
+                     ) -> Reason | None:
         # Content guards judge what the inputs carry (secrets, exfiltration shapes, injected
         # instructions); they belong with taint, before any rule can allow the call.
         for guard in self._guards:
-            reason = guard.check(call, taint)
+            reason = guard.check(call, taint) or self._past_deadline(
+                started, f"{type(guard).__name__} guard")
             if reason is not None:
                 return reason
         return None
@@ -472,39 +539,47 @@ class Kernel:
         """Append the call's events to the behavioural trace with their final status."""
         if self._behaviour.idle:
             return
-        raw, extra = self._event_inputs(call)
-        if decision.verdict == "deny":
-            raw["status"] = "denied"
-            extra["denied_by"] = decision.reasons[0].check if decision.reasons else "kernel"
-        elif result is not None:
-            raw["status"] = result.status
-            if result.output is not None:
-                raw["output"] = result.output if isinstance(result.output, str) else \
-                    repr(result.output)
         try:
+            raw, extra = self._event_inputs(call)
+            if decision.verdict == "deny":
+                raw["status"] = "denied"
+                extra["denied_by"] = decision.reasons[0].check if decision.reasons else "kernel"
+            elif result is not None:
+                raw["status"] = result.status
+                if result.output is not None:
+                    raw["output"] = result.output if isinstance(result.output, str) else \
+                        repr(result.output)
             self._behaviour.commit(raw, extra, self._taint.input_taint(call))
-        except CallgateError as exc:  # the trace stays usable; the failure is on record
+        except Exception as exc:  # the trace stays usable; the failure is on record
             log.error("behavioural trace could not record call %s: %s", call.id, exc)
-            self._record_system("behavior-error", {"call_id": call.id, "error": str(exc)})
+            self._record_system("behavior-error", {"call_id": call.id,
+                                                   "error": _error_text(exc)})
 
     # -- after the decision -----------------------------------------------------------------
 
     def _audit_decision(self, call: ToolCall, decision: Decision) -> Decision:
-        if self._audit is None:
+        """``decision`` once it is in the log; if it cannot be, an audited deny saying why."""
+        failure = self._write("decision", lambda store: store.record_decision(
+            self.run_id, call, decision))
+        if failure is None:
             return decision
-        try:
-            self._audit.record_decision(self.run_id, call, decision)
-        except (AuditError, OSError) as exc:
-            log.error("audit write failed, denying: %s", exc)
-            return Decision(verdict="deny", call_id=call.id, reasons=(
-                _deny("audit.write-failed", "audit", f"the decision could not be audited: {exc}"),))
-        return decision
+        denied = _denial(call, _deny("audit.write-failed", "audit",
+                                     f"the decision could not be audited: {failure}"))
+        # The deny itself, on a stand-in call any store can encode (the content may have been
+        # what failed); if the store cannot write at all, the failure is logged.
+        self._write("decision", lambda store: store.record_decision(
+            self.run_id, _placeholder(call, self, call.id), denied))
+        return denied
 
-    def _update_state(self, call: ToolCall, decision: Decision) -> None:
-        self._state.count_attempt(call)
+    def _settle(self, call: ToolCall, decision: Decision, *, attempted: bool = True
+                ) -> Decision:
+        """Move the run state by the final verdict; records that fail turn the verdict to deny."""
+        self._record_pending(call)
+        decision = self._account(decision)
+        if attempted:
+            self._state.count_attempt(call)
         if decision.verdict == "deny":
-            capability = any(r.check == "capability" for r in decision.reasons)
-            self._after_deny(capability)
+            self._after_deny(any(r.check == "capability" for r in decision.reasons))
         else:
             if self._pending_grant is not None:
                 self._limiter.hit(self._pending_grant)
@@ -512,6 +587,9 @@ class Kernel:
                 self._tokens[call.token].use()
             self._invoked[call.tool] += 1
         self._pending_grant = None
+        return self._account(decision)
+
+    def _record_pending(self, call: ToolCall) -> None:
         if self._pending_quarantine is not None:
             self._record_system("quarantine", self._pending_quarantine.as_payload())
             self._pending_quarantine = None
@@ -519,18 +597,43 @@ class Kernel:
             self._record_system("behavior-alert", {"call_id": call.id, **_violation_json(alert)})
         self._pending_alerts = []
 
+    def _account(self, decision: Decision) -> Decision:
+        """``decision`` with every audit record that failed since the last one, as a deny."""
+        if not self._unaudited:
+            return decision
+        failed = tuple(_deny("audit.write-failed", "audit", why) for why in self._unaudited)
+        self._unaudited.clear()
+        return Decision(verdict="deny", call_id=decision.call_id, witness=decision.witness,
+                        reasons=(*decision.reasons, *failed))
+
     def _after_deny(self, capability: bool = False) -> None:
         fresh: Quarantine | None = self._state.note_denied(capability=capability)
         if fresh is not None:
             self._record_system("quarantine", fresh.as_payload())
 
-    def _assume_ran(self, call: ToolCall) -> None:
+    def _assume_ran(self, call: ToolCall, decision: Decision) -> Decision:
         # Deciding without executing (``check``, ``callgate decide``): the call is taken to have
         # run, and its output to carry its boundary's taint, as it would in the real run.
         self._completed[call.tool] += 1
         self._label(call, ())
+        failure = self._observe(call, None)
+        if failure is None:
+            return decision
+        # A guard that could not learn from this call cannot vouch for it: deny it.
+        self._after_deny()
+        return self._account(Decision(verdict="deny", call_id=call.id, reasons=(
+            *decision.reasons, _deny("guard.observe-failed", "guard", failure))))
+
+    def _observe(self, call: ToolCall, result: ToolResult | None) -> str | None:
+        """Let every guard learn from the call; the failures, as one message, or None."""
+        failures = []
         for guard in self._guards:
-            guard.observe(call, None)
+            try:
+                guard.observe(call, result)
+            except Exception as exc:
+                failures.append(self._internal_error(
+                    f"{type(guard).__name__}.observe", call.id, exc))
+        return "; ".join(failures) or None
 
     def _label(self, call: ToolCall, produced: tuple[TaintLabel, ...]) -> tuple[TaintLabel, ...]:
         labels = tuple(self._taint.output_labels(call, produced))
@@ -550,34 +653,45 @@ class Kernel:
 
     def _executor_for(self, call: ToolCall) -> Executor:
         run = self._executors.get(call.tool) or self._executors.get(call.tool_class)
-        if run is None:
-            raise ExecutorError(f"no executor for tool {call.tool!r} ({call.tool_class})")
-        return run
+        if run is not None:
+            return run
+        missing = f"executor.missing: no executor for tool {call.tool!r} ({call.tool_class})"
+        return lambda c: ToolResult(call_id=c.id, status="error", error=missing)
 
     def _run(self, call: ToolCall, run: Executor, decision: Decision) -> ToolResult:
         started = time.perf_counter()
         try:
             output, status, error = run(call), "ok", None
         except Exception as exc:
-            output, status, error = None, "error", f"{type(exc).__name__}: {exc}"
+            output, status, error = None, "error", _error_text(exc)
         produced = output.taint if isinstance(output, ToolResult) else ()
         if isinstance(output, ToolResult):
             output, status, error = output.output, output.status, output.error
         labels = self._label(call, tuple(produced))
         result = ToolResult(call_id=call.id, status=status, output=output, error=error,
                             taint=labels, duration_ms=(time.perf_counter() - started) * 1000)
-        if status == "ok":
+        failure = self._observe(call, result)
+        if failure is not None:  # what no guard could inspect is not handed back
+            result = _withheld(result, f"guard.observe-failed: {failure}")
+        result = self._audit_result(result)
+        if result.status == "ok":
             self._completed[call.tool] += 1
-        if self._audit is not None:
-            self._audit.record_result(self.run_id, result)
-        for guard in self._guards:
-            guard.observe(call, result)
-        if status == "denied":
+        if result.status == "denied":
             stopped = self._stopped_while_running(call, result)
             self._commit(call, stopped, result)
             raise Denied(stopped, result)
         self._commit(call, decision, result)
         return result
+
+    def _audit_result(self, result: ToolResult) -> ToolResult:
+        """``result`` once it is in the log; if it cannot be, an error result without output."""
+        failure = self._write("result", lambda store: store.record_result(self.run_id, result))
+        if failure is None:
+            return result
+        withheld = _withheld(result, f"audit.write-failed: the result could not be audited "
+                                     f"({failure}); its output is withheld")
+        self._write("result", lambda store: store.record_result(self.run_id, withheld))
+        return withheld
 
     def _stopped_while_running(self, call: ToolCall, result: ToolResult) -> Decision:
         # The sandbox or an executor's own protection stopped the call: that is a denial, audited
@@ -589,7 +703,7 @@ class Kernel:
             Reason(id=rid, check=check, message=message or rid),))
         decision = self._audit_decision(call, decision)
         self._after_deny()
-        return decision
+        return self._account(decision)
 
     def run_subprocess(self, tool: str, argv: list[str], *, stdin: bytes | None = None,
                        backend: BackendName = "auto", allow_unconfined: bool = False) -> ToolResult:
@@ -606,16 +720,59 @@ class Kernel:
         return self.execute(call, executor=executor)
 
     def _record_system(self, kind: str, payload: Mapping[str, Any]) -> None:
-        if self._audit is not None:
-            self._audit.record_system(self.run_id, kind, payload)
+        """Append a system record; a failure is logged and kept for the next decision."""
+        failure = self._write(kind, lambda store: store.record_system(self.run_id, kind, payload))
+        if failure is not None:
+            self._unaudited.append(f"the {kind} record could not be audited: {failure}")
+
+    def _write(self, what: str, op: Callable[[AuditStore], object]) -> str | None:
+        """Run one write on the audit store; never raises: the failure, or None."""
+        if self._audit is None:
+            return None
+        try:
+            op(self._audit)
+        except Exception as exc:
+            failure = _error_text(exc)
+            log.error("audit %s write failed: %s", what, failure)
+            return failure
+        return None
+
+    def _internal_error(self, where: str, subject: str, exc: Exception) -> str:
+        """Log an unexpected exception, put it on record, and return it as a sentence."""
+        why = _error_text(exc)
+        log.error("internal error in %s (%s): %s", where, subject, why, exc_info=exc)
+        self._record_system("kernel-error", {"where": where, "subject": _safe_text(subject),
+                                             "error": why})
+        return why
+
+    def _crashed(self, raw: object, exc: Exception) -> Decision:
+        """The last resort of a public entry point: an audited, counted deny; never raises."""
+        try:
+            why = self._internal_error("kernel", f"call {self._seq}", exc)
+            call = _placeholder(raw, self)
+            decision = self._audit_decision(call, _denial(call, _deny(
+                "internal.error", "kernel", why)))
+            self._after_deny()
+            return self._account(decision)
+        except Exception as again:  # pragma: no cover - the stand-ins above cannot fail
+            log.critical("kernel failure while denying: %s", again, exc_info=again)
+            return Decision(verdict="deny", reasons=(
+                _deny("internal.error", "kernel", _error_text(exc)),))
 
     def _open_audit(self, audit: str | os.PathLike[str] | AuditStore | None) -> AuditStore | None:
         if audit is None:
             return None
-        store = audit if isinstance(audit, AuditStore) else AuditStore.open(Path(audit))
-        store.start_run(self.run_id, principal=self._principal, policy_name=self.policy.name,
-                        manifest_hash=self.manifest_hash,
-                        config={"policy": self.policy.name, "working_dir": self.working_dir})
+        try:
+            store = audit if isinstance(audit, AuditStore) else AuditStore.open(Path(audit))
+            store.start_run(self.run_id, principal=self._principal,
+                            policy_name=self.policy.name, manifest_hash=self.manifest_hash,
+                            config={"policy": self.policy.name,
+                                    "working_dir": self.working_dir})
+        except CallgateError:
+            raise
+        except Exception as exc:  # a foreign error (a path it cannot encode, …) at the boundary
+            raise AuditError(f"cannot start the run in the audit log: {_error_text(exc)}"
+                             ) from exc
         return store
 
 
@@ -649,16 +806,40 @@ def _violation_json(v: Violation) -> dict[str, Any]:
             "message": v.message, "kind": v.kind}
 
 
-def _placeholder(raw: ToolCall | Mapping[str, Any], kernel: Kernel) -> ToolCall:
-    """A well-formed stand-in for an invalid call, so its denial can still be audited."""
+def _placeholder(raw: object, kernel: Kernel, call_id: str | None = None) -> ToolCall:
+    """A well-formed stand-in for any value, so that its denial can still be audited."""
     def text(key: str, default: str) -> str:
-        value = getattr(raw, key, None) if isinstance(raw, ToolCall) else raw.get(key)
-        return value[:256] if isinstance(value, str) and value else default
+        try:
+            value = getattr(raw, key, None) if isinstance(raw, ToolCall) else (
+                raw.get(key) if isinstance(raw, Mapping) else None)
+        except Exception:  # a mapping whose lookups fail
+            value = None
+        return _safe_text(value[:256]) if isinstance(value, str) and value else default
 
     return ToolCall(tool=text("tool", "<invalid>"), tool_class=text("tool_class", "unknown"),
-                    action=text("action", "unknown"), id=f"{kernel.run_id}:{kernel._seq}",
-                    run_id=kernel.run_id, sequence=kernel._seq, principal=kernel._principal,
+                    action=text("action", "unknown"),
+                    id=call_id or f"{kernel.run_id}:{kernel._seq}", run_id=kernel.run_id,
+                    sequence=kernel._seq, principal=kernel._principal,
                     timestamp=_now_iso(time.time()))
+
+
+def _withheld(result: ToolResult, error: str) -> ToolResult:
+    """``result`` without its output, as an error (a stop while running stays one)."""
+    status = "denied" if result.status == "denied" else "error"
+    return result.model_copy(update={"status": status, "output": None, "error": error})
+
+
+def _safe_text(value: object, limit: int = MAX_ERROR_CHARS) -> str:
+    """``value`` as bounded text any UTF-8 store can hold (lone surrogates escaped)."""
+    try:
+        text = value if isinstance(value, str) else repr(value)
+    except Exception:  # a repr that recurses too deep or raises
+        text = f"<unprintable {type(value).__name__}>"
+    return text[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _error_text(exc: BaseException) -> str:
+    return _safe_text(f"{type(exc).__name__}: {exc}")
 
 
 def _validation_message(exc: ValidationError) -> str:
