@@ -140,13 +140,17 @@ class FileExecutor:
             raise denied("path.outside-allowed", f"{verb} of {real} is outside the allowed paths")
 
     def _decided(self, scope: PathScope, path: str, verb: str) -> str:
-        """The exact form to open, after an early refusal of what resolves out of ``scope``.
+        """The exact form to open, in ``scope``; the open then guarantees it is what is held.
 
-        The early check only words the common refusal well (``path.outside-allowed`` for a
-        ``..`` or a symlink leading out); what counts is the check of the opened descriptor.
+        ``open_exact`` follows no symlink and verifies the descriptor's real path, so checking
+        the exact form here is checking the descriptor, before anything is opened. The
+        ``realpath`` check first only words the common refusal well (``path.outside-allowed``
+        for a ``..`` or a symlink leading out).
         """
         self._require(scope, os.path.realpath(path), verb)
-        return _exact_form(path)
+        exact = _exact_form(path)
+        self._require(scope, exact, verb)
+        return exact
 
     # -- read and list ---------------------------------------------------------------------
     def _do_read(self, path: str, params: Mapping[str, Any]) -> tuple[Any, str]:
@@ -154,7 +158,6 @@ class FileExecutor:
         real = self._decided(self._read, path, "read")
         fd = open_exact(real, os.O_RDONLY | _OPEN_FLAGS)
         try:
-            self._require(self._read, real, "read")
             _require_single_regular(fd, real)
             if os.fstat(fd).st_size > self.max_bytes:
                 raise denied("file.too-large", f"{real} is larger than {self.max_bytes} bytes")
@@ -170,7 +173,6 @@ class FileExecutor:
         real = self._decided(self._read, path, "list")
         fd = open_exact(real, os.O_RDONLY | os.O_DIRECTORY | _OPEN_FLAGS)
         try:
-            self._require(self._read, real, "list")
             entries: list[dict[str, Any]] = []
             truncated = False
             with os.scandir(fd) as listing:
