@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -127,3 +128,35 @@ def test_classify_never_raises_on_arbitrary_output(tmp_path: Path, stderr: bytes
         exit_code=code, stderr=stderr, killed_for=None, pids_limit_hit=False, spec=spec
     )
     assert found is None or found.reason_id.startswith("sandbox.")
+
+
+def test_a_refused_socket_family_is_a_network_denial_only_when_the_network_is_denied(
+    tmp_path: Path,
+):
+    denied = make_spec(tmp_path, network="deny")
+    bwrap_line = "OSError: [Errno 97] Address family not supported by protocol"
+    firejail_line = "connect: [Errno 95] Operation not supported"
+    assert reason(denied, bwrap_line) == "sandbox.network"
+    assert reason(denied, firejail_line) == "sandbox.network"
+    assert reason(denied, "cp: setting attributes: Operation not supported") is None
+    assert reason(make_spec(tmp_path, network="allow"), bwrap_line) is None
+
+
+def test_death_by_sigsys_under_the_socket_filter_is_a_syscall_denial(tmp_path: Path):
+    spec = make_spec(tmp_path, network="deny")
+    assert reason(spec, "", 128 + signal.SIGSYS) == "sandbox.syscall"
+    assert reason(spec, "", -signal.SIGSYS) == "sandbox.syscall"
+    assert reason(make_spec(tmp_path, network="allow"), "", 128 + signal.SIGSYS) is None
+
+
+def test_permission_denied_on_a_hidden_shell_is_an_exec_denial(tmp_path: Path):
+    spec = build_spec(policy(filesystem={"read": ["./**"]}), working_dir=str(tmp_path),
+                      environ={"PATH": "/bin"}, command=["python3"])
+    if not spec.hidden_shells:
+        return  # a host without shells has nothing to hide
+    line = "PermissionError: [Errno 13] Permission denied: '/bin/sh'"
+    if os.path.realpath("/bin/sh") in spec.hidden_shells:
+        assert reason(spec, line) == "sandbox.exec"
+    shown = build_spec(policy(filesystem={"read": ["./**"]}), working_dir=str(tmp_path),
+                       environ={"PATH": "/bin"}, command=["sh", "-c", "x"])
+    assert reason(shown, line) != "sandbox.exec"

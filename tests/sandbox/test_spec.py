@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,9 @@ from callgate.sandbox._spec import (
 )
 
 from .conftest import policy
+
+#: The package source, importable by a process of another uid.
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def spec_for(tmp_path: Path, environ: dict[str, str] | None = None, **fields: object):
@@ -197,3 +203,98 @@ def test_working_dir_of_the_policy_resolves_against_the_given_one(tmp_path: Path
     (tmp_path / "sub").mkdir()
     assert spec_for(tmp_path, working_dir="sub").working_dir == str(tmp_path / "sub")
     assert os.path.isabs(spec_for(tmp_path).working_dir)
+
+
+_SECRET_NAMES = st.sampled_from([".env", ".env.local", ".ssh", "id_ed25519", "credentials.json",
+                                 ".netrc", "secrets.yaml", ".aws"])
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(depth=st.integers(min_value=0, max_value=12), name=_SECRET_NAMES,
+       branch=st.integers(min_value=0, max_value=3))
+def test_a_credential_at_any_depth_below_a_declared_root_is_masked(
+    tmp_path: Path, depth: int, name: str, branch: int
+):
+    base = tmp_path / f"case-{len(list(tmp_path.iterdir()))}"
+    parent = base.joinpath(*[f"d{branch}{level}" for level in range(depth)])
+    parent.mkdir(parents=True)
+    (parent / name).write_text("secret")
+    spec = spec_for(base, filesystem={"read": ["./**"]})
+    assert str(parent / name) in spec.masked
+
+
+def test_a_scan_that_exceeds_its_limit_refuses_and_names_the_root(tmp_path: Path):
+    (tmp_path / "app" / "many").mkdir(parents=True)
+    for index in range(50):
+        (tmp_path / "app" / "many" / f"f{index}").touch()
+    (tmp_path / "app" / "late" ).mkdir()
+    (tmp_path / "app" / "late" / ".env").write_text("A=1")
+    with pytest.raises(SandboxError, match=f"{tmp_path / 'app'}.*more than 40"):
+        build_spec(policy(filesystem={"read": ["./app/**"]}), working_dir=str(tmp_path),
+                   environ={}, scan_limit=40)
+    spec = build_spec(policy(filesystem={"read": ["./app/**"]}), working_dir=str(tmp_path),
+                      environ={}, scan_limit=60)
+    assert spec.masked == (str(tmp_path / "app" / "late" / ".env"),)
+
+
+def test_a_directory_the_scan_cannot_list_is_masked_whole():
+    # Root lists every directory, so the scan runs as uid 65534 for a directory it may enter
+    # (mode 0111: names inside can be opened) but not list.
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the scan as another uid")
+    with tempfile.TemporaryDirectory(prefix="callgate-scan-") as top:
+        os.chmod(top, 0o755)
+        locked = Path(top) / "app" / "locked"
+        locked.mkdir(parents=True)
+        (locked / ".env").write_text("A=1")
+        os.chmod(locked.parent, 0o755)
+        os.chmod(locked, 0o111)
+        code = ("from callgate.sandbox._spec import sensitive_paths; "
+                f"print(sensitive_paths(({str(locked.parent)!r},), ()))")
+        done = subprocess.run(
+            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+             sys.executable, "-c", code],
+            capture_output=True, text=True, timeout=30, check=False, env={"PYTHONPATH": SRC})
+    assert done.stdout.strip() == repr((str(locked),)), done.stderr
+
+
+def test_the_shared_definition_masks_gcloud_config_but_not_ordinary_names(tmp_path: Path):
+    (tmp_path / "home" / ".config" / "gcloud").mkdir(parents=True)
+    (tmp_path / "home" / ".config" / "other").mkdir()
+    (tmp_path / "home" / "environment.txt").write_text("")
+    (tmp_path / "home" / "secretary.py").write_text("")
+    spec = spec_for(tmp_path, filesystem={"read": ["./home/**"]})
+    assert spec.masked == (str(tmp_path / "home" / ".config" / "gcloud"),)
+
+
+def test_a_declared_root_named_like_a_secret_does_not_mask_its_whole_content(tmp_path: Path):
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "readme.txt").write_text("")
+    spec = spec_for(tmp_path, filesystem={"read": ["./secrets/**"]})
+    assert spec.masked == ()
+
+
+@pytest.mark.parametrize("field", ["read", "write"])
+def test_a_root_that_leads_out_through_a_symlink_is_refused_before_it_is_created(
+    tmp_path: Path, field: str
+):
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (work / "data").symlink_to(outside)
+    with pytest.raises(SandboxError, match="symlink"):
+        spec_for(work, filesystem={field: ["./data/new/**"]})
+    assert not (outside / "new").exists()
+    followed = spec_for(work, filesystem={field: ["./data/**"], "follow_symlinks": ["./data/**"]})
+    assert str(outside) in (*followed.read_roots, *followed.write_roots)
+
+
+def test_a_symlink_that_stays_inside_the_working_directory_is_fine(tmp_path: Path):
+    (tmp_path / "releases" / "v2").mkdir(parents=True)
+    (tmp_path / "current").symlink_to(tmp_path / "releases" / "v2")
+    spec = spec_for(tmp_path, filesystem={"read": ["./current/**"]})
+    assert spec.read_roots == (str(tmp_path / "releases" / "v2"),)
+
+
+def test_tilde_user_is_a_relative_name_as_in_the_path_gate(tmp_path: Path):
+    assert literal_root("~nobody/x/**", str(tmp_path)) == str(tmp_path / "~nobody" / "x")
