@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from callgate.executors._open import (
     DIR_FLAGS,
+    _Openat2,
     _openat2,
     descriptor_path,
     open_exact,
@@ -149,6 +150,18 @@ def test_openat2_itself_opens_and_refuses_a_symlink_here(tree: Path) -> None:
         pytest.skip("openat2 is unavailable on this kernel or filtered")
     assert read_all(fd) == b"inside"
     raises_errno(errno.ELOOP, lambda: _openat2.open(f"{tree}/a/to-secret/key", os.O_RDONLY, 0))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="raw system calls")
+def test_a_kernel_without_the_call_falls_back_to_the_walk_for_good(tree: Path) -> None:
+    """ENOSYS (old kernel, seccomp) means walk instead, and stop asking."""
+    missing = _Openat2()
+    if missing.number is None:
+        pytest.skip("openat2 is not reached on this machine")
+    missing.number = 1_000_000  # no system call has this number: the kernel answers ENOSYS
+    assert missing.open(f"{tree}/a/b/f.txt", os.O_RDONLY, 0) is None
+    assert missing.open(f"{tree}/a/b/f.txt", os.O_RDONLY, 0) is None
+    assert missing._syscall is None
 
 
 @BOTH
