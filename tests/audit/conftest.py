@@ -25,6 +25,9 @@ from callgate.audit.chain import (
 )
 from callgate.audit.schema import DDL
 
+#: The files a log has beside it by default: signing key, public key, anchor.
+SIDECARS = (".key", ".key.pub", ".anchor")
+
 
 def make_call(run_id: str, n: int, *, tool: str = "fetch", taint: tuple[str, ...] = ()) -> ToolCall:
     return ToolCall(
@@ -100,6 +103,10 @@ class Kit:
         with tempfile.TemporaryDirectory() as tmp:
             target = Path(tmp) / "audit.db"
             shutil.copyfile(template, target)
+            for suffix in SIDECARS:
+                source = Path(f"{template}{suffix}")
+                if source.exists():
+                    shutil.copyfile(source, f"{target}{suffix}")
             yield target
 
     @contextmanager

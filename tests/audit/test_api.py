@@ -18,7 +18,8 @@ def test_all_is_sorted_and_every_name_is_exported() -> None:
 def test_the_store_methods_keep_the_agreed_signatures() -> None:
     # "*name" is keyword-only; "=value" is the default.
     expected = {
-        "open": ["path", "*durability='normal'", "*read_only=False"],
+        "open": ["path", "*durability='normal'", "*read_only=False", "*checkpoints=True",
+                 "*checkpoint_every=1000", "*key_path=None", "*anchor_path=None"],
         "start_run": ["self", "run_id", "*principal", "*policy_name", "*manifest_hash", "*config"],
         "record_decision": ["self", "run_id", "call", "decision"],
         "record_result": ["self", "run_id", "result"],
@@ -27,7 +28,7 @@ def test_the_store_methods_keep_the_agreed_signatures() -> None:
         "run_ids": ["self"],
         "records": ["self", "run_id"],
         "verify": ["self", "*public_key=None", "*anchor=None"],
-        "checkpoint": ["self", "private_key"],
+        "checkpoint": ["self", "private_key=None"],
         "close": ["self"],
     }
     for name, shape in expected.items():
@@ -46,7 +47,7 @@ def test_records_and_reports_are_frozen_values_with_the_agreed_fields() -> None:
         "seq", "kind", "run_id", "timestamp", "payload", "hash"
     ]  # fmt: skip
     assert [f.name for f in dataclasses.fields(VerifyReport)] == [
-        "ok", "checked", "problem", "table", "row"
+        "ok", "checked", "problem", "table", "row", "anchor", "signatures"
     ]  # fmt: skip
     assert AuditRecord.__dataclass_params__.frozen  # type: ignore[attr-defined]
     assert VerifyReport.__dataclass_params__.frozen  # type: ignore[attr-defined]

@@ -11,16 +11,26 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from callgate import AuditError
-from callgate.audit import AuditStore, Checkpoint, generate_keypair, public_key_of, verify_file
+from callgate.audit import AuditStore, Checkpoint, generate_keypair, public_key_of
+from callgate.audit import verify_file as verify_with_anchor
+from callgate.audit.chain import runs_digest
 from callgate.audit.checkpoint import key_id, sign_checkpoint, signature_problem
 
 KEYS = generate_keypair()
 OTHER = generate_keypair()
 
 
+def verify_file(path: Path, **options: Any) -> Any:
+    """verify_file for logs whose checkpoints the tests make by hand (no anchor file)."""
+    return verify_with_anchor(path, require_anchor=False, **options)
+
+
 def signed_log(path: Path, kit: Any, *, extra_checkpoint: bool = False) -> Checkpoint:
-    """The populated log with a checkpoint after event 6 and (optionally) one at the head."""
-    with AuditStore.open(path) as store:
+    """The populated log with a checkpoint after event 6 and (optionally) one at the head.
+
+    The store's own checkpoints are off: these tests sign with an operator's key by hand.
+    """
+    with AuditStore.open(path, checkpoints=False) as store:
         kit.start(store, "a")
         kit.start(store, "b")
         for n in range(4):
@@ -44,14 +54,20 @@ def test_keys_and_signatures_round_trip() -> None:
     private, public = KEYS
     assert len(private) == len(public) == 32
     assert public_key_of(private) == public
-    cp = sign_checkpoint(private, 5, "ab" * 32, "2026-01-01T00:00:00+00:00")
+    digest = runs_digest([("a", 1, 5, None)])
+    cp = sign_checkpoint(private, 5, "ab" * 32, "2026-01-01T00:00:00+00:00", runs=1,
+                         runs_digest=digest)
     assert cp.key_id == key_id(public)
     assert signature_problem(cp, public) is None
-    moved = Checkpoint(6, cp.head_hash, cp.created_at, cp.key_id, cp.signature)
-    assert signature_problem(moved, public) == "checkpoint signature does not verify"
+    for moved in (
+        Checkpoint(6, cp.head_hash, 1, digest, cp.created_at, cp.key_id, cp.signature),
+        Checkpoint(5, cp.head_hash, 0, digest, cp.created_at, cp.key_id, cp.signature),
+        Checkpoint(5, cp.head_hash, 1, "0" * 64, cp.created_at, cp.key_id, cp.signature),
+    ):
+        assert signature_problem(moved, public) == "checkpoint signature does not verify"
     assert "not the given key" in str(signature_problem(cp, OTHER[1]))
     with pytest.raises(AuditError, match="32 raw bytes"):
-        sign_checkpoint(b"short", 1, "x", "t")
+        sign_checkpoint(b"short", 1, "x", "t", runs=0, runs_digest="")
 
 
 def test_a_checkpointed_log_verifies_with_the_public_key(tmp_path: Path, kit: Any) -> None:
@@ -64,7 +80,7 @@ def test_a_checkpointed_log_verifies_with_the_public_key(tmp_path: Path, kit: An
 
 def test_without_any_checkpoint_a_public_key_check_fails(tmp_path: Path, kit: Any) -> None:
     path = tmp_path / "a.db"
-    with AuditStore.open(path) as store:
+    with AuditStore.open(path, checkpoints=False) as store:
         kit.populate(store)
         assert store.verify().ok
         report = store.verify(public_key=KEYS[1])
@@ -152,7 +168,7 @@ def test_a_rewritten_chain_with_forged_checkpoint_fails_the_signature(
 def test_an_attacker_signing_with_their_own_key_is_rejected(tmp_path: Path, kit: Any) -> None:
     path = tmp_path / "a.db"
     signed_log(path, kit)
-    with AuditStore.open(path) as store:
+    with AuditStore.open(path, checkpoints=False) as store:
         store.checkpoint(OTHER[0])
     report = verify_file(path, public_key=KEYS[1])
     assert (report.table, report.row) == ("checkpoints", 2)
@@ -163,7 +179,9 @@ def test_an_attacker_signing_with_their_own_key_is_rejected(tmp_path: Path, kit:
 )
 @given(
     which=st.sampled_from([1, 2]),
-    column=st.sampled_from(["seq", "head_hash", "created_at", "key_id", "signature"]),
+    column=st.sampled_from(
+        ["seq", "head_hash", "runs", "runs_digest", "created_at", "key_id", "signature"]
+    ),
     value=st.one_of(st.integers(-2, 12), st.text(max_size=6), st.sampled_from(["00" * 64])),
 )
 def test_editing_any_column_of_a_checkpoint_is_found_at_that_checkpoint(

@@ -19,6 +19,7 @@ from callgate import AuditError
 from callgate.audit import verify_file
 from callgate.audit.chain import (
     EVENT_COLUMNS,
+    META_ROWS,
     RUN_COLUMNS,
     canonical_json,
     event_row,
@@ -51,7 +52,9 @@ def stored_value(path: Path, table: str, column: str, key: str, value: Any) -> A
 
 def test_the_untouched_log_verifies(template: Path) -> None:
     report = verify_file(template)
-    assert report == VerifyReport(ok=True, checked=2 + HEAD + 2)
+    # meta, events, runs, and the checkpoints made at creation and at run "a"'s end; the anchor
+    # (that of run "a"'s end) and the signatures with the key beside the log are checked too.
+    assert report == VerifyReport(ok=True, checked=2 + HEAD + 2 + 2, anchor=8, signatures=True)
     assert "ok" in str(report)
 
 
@@ -62,11 +65,15 @@ def test_editing_any_column_of_any_event_is_found_at_that_row(
 ) -> None:
     with kit.copy(template) as path:
         before = stored_value(path, "events", column, "seq", seq)
+        event_id = stored_value(path, "events", "id", "seq", seq)
         try:
             kit.execute(path, f"UPDATE events SET {column} = ? WHERE seq = ?", (value, seq))
         except sqlite3.Error:
             assume(False)  # NOT NULL, or a sequence already taken: no edit happened
         if column == "seq":
+            # SQLite converts what it can into the INTEGER PRIMARY KEY ('00…0' becomes 0):
+            # the row moved to the sequence it actually stored.
+            value = stored_value(path, "events", "seq", "id", event_id)
             assume(value != seq)
             # The edited row moved: the first row out of place is the one after the gap, or
             # the moved row itself when it went before the start or beyond the end.
@@ -199,7 +206,7 @@ def test_a_correctly_hashed_forged_tail_event_is_caught_by_the_runs_index(
 @pytest.mark.parametrize(
     ("sql", "table", "row"),
     [
-        ("UPDATE meta SET value = '2' WHERE key = 'version'", None, None),
+        ("UPDATE meta SET value = '1' WHERE key = 'version'", None, None),
         ("INSERT INTO meta VALUES ('extra', 'x')", "meta", "extra"),
         ("DROP INDEX events_by_run", "sqlite_master", "events_by_run"),
         ("CREATE TABLE shadow (x)", "sqlite_master", "shadow"),
@@ -235,7 +242,7 @@ def test_verify_rows_reports_a_non_json_record(template: Path, kit: Any) -> None
     rows[3][EVENT_COLUMNS.index("record")] = text
     rows[3][EVENT_COLUMNS.index("hash")] = sha256_hex(text)
     report = verify_rows(
-        meta=[("format", "callgate-audit"), ("version", "1")], events=rows, runs=[], checkpoints=[]
+        meta=list(META_ROWS), events=rows, runs=[], checkpoints=[]
     )
     assert (report.ok, report.table, report.row, report.problem) == (
         False,
@@ -279,7 +286,7 @@ def test_a_rehashed_record_of_any_shape_is_reported_never_crashes(
     runs = list(conn.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"))
     conn.close()
     report = verify_rows(
-        meta=[("format", "callgate-audit"), ("version", "1")],
+        meta=list(META_ROWS),
         events=rows,
         runs=runs,
         checkpoints=[],
@@ -298,7 +305,7 @@ def test_a_rehashed_record_of_any_shape_is_reported_never_crashes(
 
 def test_a_row_of_the_wrong_shape_is_reported_not_raised(template: Path, kit: Any) -> None:
     report = verify_rows(
-        meta=[("format", "callgate-audit"), ("version", "1")],
+        meta=list(META_ROWS),
         events=kit.events(template),
         runs=[("a", "agent")],  # a store handing back a truncated row
         checkpoints=[],

@@ -1,12 +1,16 @@
 """The tamper-evident audit log: a SHA-256 hash chain in SQLite, with signed checkpoints.
 
+Checkpoints are on by default: a writer signs one at every run's end and every N events and
+keeps the latest, the anchor, in a file outside the database.
+
 ``AuditStore`` is what the kernel writes to; ``verify_file`` checks a log without opening it for
 writing; the chain and checkpoint functions are pure and shared by every store.
 """
 
 from callgate.audit.chain import GENESIS_HASH, canonical_json, sha256_hex
 from callgate.audit.checkpoint import Checkpoint, generate_keypair, public_key_of
-from callgate.audit.store import AuditRecord, AuditStore, Durability, verify_file
+from callgate.audit.files import verify_file
+from callgate.audit.store import AuditRecord, AuditStore, Durability
 from callgate.audit.verify import VerifyReport
 
 __all__ = [

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
 from callgate._errors import AuditError
 
-#: The format version written into every record.
+#: The format version written into every record (the ``v`` field of an envelope).
 RECORD_VERSION: Final = 1
+#: The version of the SQLite layout (the ``version`` row of ``meta``); docs/audit.md defines it.
+LAYOUT_VERSION: Final = 2
 #: ``prev`` of the first event of a chain.
 GENESIS_HASH: Final = "0" * 64
 
@@ -188,7 +190,7 @@ def config_hash(config: Mapping[str, Any]) -> str:
 #: The rows of the ``meta`` table that mark a file as a callgate audit log.
 META_ROWS: Final[tuple[tuple[str, str], ...]] = (
     ("format", "callgate-audit"),
-    ("version", str(RECORD_VERSION)),
+    ("version", str(LAYOUT_VERSION)),
 )
 
 #: The columns of a ``runs`` row, in storage order. The table is an index derived from the chain.
@@ -229,3 +231,14 @@ def run_row(
         None if end is None else end.get("seq"),
         event_count,
     )
+
+
+def runs_digest(runs: Iterable[tuple[str, int, int, int | None]]) -> str:
+    """The digest of the set of runs a checkpoint covers.
+
+    ``runs`` are ``(run_id, start_seq, event_count, end_seq)`` of every run started at or before
+    the checkpoint's sequence, counted up to it, in start order. The digest is the SHA-256 of the
+    canonical JSON list of those 4-element lists, so dropping, adding or shortening a run
+    changes it.
+    """
+    return sha256_hex(canonical_json([list(run) for run in runs]))

@@ -1,4 +1,4 @@
-"""Signed checkpoints: an Ed25519 signature over (head sequence, head hash) of the chain.
+"""Signed checkpoints: an Ed25519 signature over the chain's head and the set of its runs.
 
 A hash chain alone shows that stored rows were edited, but not that its tail was cut off or that
 the whole chain was recomputed by someone who could write the file. A checkpoint signed with a
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     )
 
 #: Domain separation: a checkpoint signature can never be mistaken for another signature.
-CHECKPOINT_FORMAT: Final = "callgate-audit-checkpoint/1"
+CHECKPOINT_FORMAT: Final = "callgate-audit-checkpoint/2"
 _KEY_BYTES: Final = 32
 
 
@@ -32,16 +32,33 @@ _KEY_BYTES: Final = 32
 class Checkpoint:
     """A signed statement that the chain had ``seq`` events ending in ``head_hash``.
 
-    ``key_id`` names the public key (first 16 hex digits of its SHA-256); ``signature`` is hex.
+    ``runs`` is how many runs had started by then and ``runs_digest`` the
+    :func:`~callgate.audit.chain.runs_digest` of them (id, start, events so far, end), so a
+    whole run cannot vanish unseen. ``key_id`` names the public key (first 16 hex digits of
+    its SHA-256); ``signature`` is hex.
     Keep the latest checkpoint outside the audit file as well: that copy is what detects a
     deleted tail together with deleted checkpoint rows.
     """
 
     seq: int
     head_hash: str
+    runs: int
+    runs_digest: str
     created_at: str
     key_id: str
     signature: str
+
+    def as_json(self) -> dict[str, object]:
+        """The checkpoint as a JSON object (the body of an anchor file)."""
+        return {
+            "seq": self.seq,
+            "head_hash": self.head_hash,
+            "runs": self.runs,
+            "runs_digest": self.runs_digest,
+            "created_at": self.created_at,
+            "key_id": self.key_id,
+            "signature": self.signature,
+        }
 
 
 def _ed25519() -> tuple[type[Ed25519PrivateKey], type[Ed25519PublicKey]]:
@@ -97,19 +114,38 @@ def key_id(public_key: bytes) -> str:
     return sha256_hex(public_key.hex())[:16]
 
 
-def checkpoint_message(seq: int, head_hash: str, created_at: str) -> bytes:
-    """The exact bytes a checkpoint signs."""
-    body = {"format": CHECKPOINT_FORMAT, "seq": seq, "hash": head_hash, "created_at": created_at}
+def checkpoint_message(
+    seq: int, head_hash: str, runs: int, runs_digest: str, created_at: str
+) -> bytes:
+    """The exact bytes a checkpoint signs: canonical JSON of its fields and the format."""
+    body = {
+        "format": CHECKPOINT_FORMAT,
+        "seq": seq,
+        "hash": head_hash,
+        "runs": runs,
+        "runs_digest": runs_digest,
+        "created_at": created_at,
+    }
     return canonical_json(body).encode("utf-8")
 
 
-def sign_checkpoint(private_key: bytes, seq: int, head_hash: str, created_at: str) -> Checkpoint:
-    """Sign ``(seq, head_hash, created_at)`` with a raw Ed25519 private key."""
+def sign_checkpoint(
+    private_key: bytes,
+    seq: int,
+    head_hash: str,
+    created_at: str,
+    *,
+    runs: int,
+    runs_digest: str,
+) -> Checkpoint:
+    """Sign ``(seq, head_hash, runs, runs_digest, created_at)`` with a raw Ed25519 key."""
     key = _private(private_key)
-    signature = key.sign(checkpoint_message(seq, head_hash, created_at))
+    signature = key.sign(checkpoint_message(seq, head_hash, runs, runs_digest, created_at))
     return Checkpoint(
         seq=seq,
         head_hash=head_hash,
+        runs=runs,
+        runs_digest=runs_digest,
         created_at=created_at,
         key_id=key_id(_raw_public(key.public_key())),
         signature=signature.hex(),
@@ -129,7 +165,13 @@ def signature_problem(checkpoint: Checkpoint, public_key: bytes) -> str | None:
         signature = bytes.fromhex(checkpoint.signature)
     except (TypeError, ValueError):
         return "checkpoint signature is not hex"
-    message = checkpoint_message(checkpoint.seq, checkpoint.head_hash, checkpoint.created_at)
+    message = checkpoint_message(
+        checkpoint.seq,
+        checkpoint.head_hash,
+        checkpoint.runs,
+        checkpoint.runs_digest,
+        checkpoint.created_at,
+    )
     try:
         public_cls.from_public_bytes(public_key).verify(signature, message)
     except InvalidSignature:

@@ -6,7 +6,10 @@ Tables (column orders are those of :mod:`callgate.audit.chain` and :mod:`.verify
 - ``events``: the chain: one row per event, ``seq`` is the primary key and the global order,
   ``record`` the hashed canonical JSON, every other column derived from it;
 - ``runs``: an index of runs derived from the chain (start, end, counts, config hash);
-- ``checkpoints``: Ed25519-signed (head sequence, head hash) statements.
+- ``checkpoints``: Ed25519-signed statements of (head sequence, head hash, runs, runs digest).
+
+The layout version (``meta`` row ``version``) is :data:`~callgate.audit.chain.LAYOUT_VERSION`;
+docs/audit.md is its specification.
 
 Triggers make ``events`` and ``checkpoints`` append-only for anyone using SQL normally; they
 are a guard against accidents, not a security boundary (whoever can write the file can drop
@@ -53,6 +56,7 @@ DDL: Final[tuple[str, ...]] = (
     " start_seq INTEGER NOT NULL, ended_at TEXT, end_seq INTEGER, event_count INTEGER NOT NULL)",
     "CREATE TABLE checkpoints ("
     " id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, head_hash TEXT NOT NULL,"
+    " runs INTEGER NOT NULL, runs_digest TEXT NOT NULL,"
     " created_at TEXT NOT NULL, key_id TEXT NOT NULL, signature TEXT NOT NULL)",
     *_append_only("events"),
     *_append_only("checkpoints"),

@@ -25,12 +25,22 @@ from callgate.audit.chain import (
     canonical_json,
     event_row,
     run_row,
+    runs_digest,
     sha256_hex,
 )
 from callgate.audit.checkpoint import Checkpoint, signature_problem
 
 #: The columns of a ``checkpoints`` row, in storage order.
-CHECKPOINT_COLUMNS = ("id", "seq", "head_hash", "created_at", "key_id", "signature")
+CHECKPOINT_COLUMNS = (
+    "id",
+    "seq",
+    "head_hash",
+    "runs",
+    "runs_digest",
+    "created_at",
+    "key_id",
+    "signature",
+)
 _HASH = EVENT_COLUMNS.index("hash")
 _RECORD = EVENT_COLUMNS.index("record")
 
@@ -41,6 +51,8 @@ class VerifyReport:
 
     ``table`` and ``row`` name the first bad row: an event's sequence, a run's id, a checkpoint's
     id (or ``"anchor"``), or a meta key. ``checked`` counts the rows read before stopping.
+    ``anchor`` is the sequence of the external anchor that was checked (``None``: none was) and
+    ``signatures`` whether checkpoint signatures were checked against a public key.
     """
 
     ok: bool
@@ -48,6 +60,8 @@ class VerifyReport:
     problem: str | None = None
     table: str | None = None
     row: str | int | None = None
+    anchor: int | None = None
+    signatures: bool = False
 
     def __str__(self) -> str:
         if self.ok:
@@ -85,8 +99,9 @@ class _Verifier:
         self.head_seq = 0
         self.head_hash = GENESIS_HASH
         self.runs: dict[str, _RunState] = {}
-        self.wanted: dict[int, str] = {cp.seq: "" for cp in checkpoints}
-        self.wanted[0] = GENESIS_HASH
+        # What the chain says at each checkpointed sequence: (hash, runs, runs digest).
+        self.wanted: dict[int, tuple[str, int, str] | None] = {cp.seq: None for cp in checkpoints}
+        self.wanted[0] = (GENESIS_HASH, 0, runs_digest([]))
         self.where: tuple[str, Any] = ("meta", None)
 
     def meta(self, rows: Iterable[Sequence[Any]]) -> None:
@@ -141,7 +156,14 @@ class _Verifier:
         self._run(seq, record)
         self.head_seq, self.head_hash = seq, row[_HASH]
         if seq in self.wanted:
-            self.wanted[seq] = self.head_hash
+            self.wanted[seq] = (self.head_hash, len(self.runs), self._runs_digest())
+
+    def _runs_digest(self) -> str:
+        return runs_digest(
+            (run_id, state.start["seq"], state.count, None if state.end is None
+             else state.end["seq"])
+            for run_id, state in self.runs.items()
+        )
 
     def _parse(self, seq: int, text: str) -> dict[str, Any]:
         try:
@@ -241,25 +263,50 @@ class _Verifier:
                 f"checkpoint signs sequence {cp.seq} but the chain"
                 f" ends at {self.head_seq}: the tail was truncated",
             )
-        if self.wanted.get(cp.seq) != cp.head_hash:
+        wanted = self.wanted.get(cp.seq)
+        if wanted is None or wanted[0] != cp.head_hash:
             raise _TamperedError(
                 "checkpoints",
                 row,
                 f"checkpoint hash differs from the chain at sequence"
                 f" {cp.seq}: the chain was rewritten",
             )
+        if wanted[1:] != (cp.runs, cp.runs_digest):
+            raise _TamperedError(
+                "checkpoints",
+                row,
+                f"checkpoint covers {cp.runs} runs with another digest than the chain's"
+                f" {wanted[1]} at sequence {cp.seq}: a run was deleted or altered",
+            )
+
+    def anchor(self, anchor: Checkpoint, stored: list[tuple[int, Checkpoint]],
+               public_key: bytes | None) -> None:
+        self.checkpoint("anchor", anchor, public_key)
+        newest = max((cp.seq for _, cp in stored), default=0)
+        if anchor.seq < newest:
+            raise _TamperedError(
+                "checkpoints",
+                "anchor",
+                f"the anchor (sequence {anchor.seq}) is older than the log's newest checkpoint"
+                f" ({newest}): it was replaced by an older one, or its last update failed"
+                " (`callgate audit checkpoint` moves it forward after checking the log)",
+            )
 
 
 def _checkpoint_rows(rows: Iterable[Sequence[Any]]) -> list[tuple[int, Checkpoint]]:
     out: list[tuple[int, Checkpoint]] = []
     for row in rows:
-        row_id, seq, head_hash, created_at, kid, signature = row
-        fields = (head_hash, created_at, kid, signature)
-        if not isinstance(seq, int) or not all(isinstance(f, str) for f in fields):
+        row_id, seq, head_hash, runs, digest, created_at, kid, signature = row
+        fields = (head_hash, digest, created_at, kid, signature)
+        if type(seq) is not int or type(runs) is not int or not all(
+            isinstance(f, str) for f in fields
+        ):
             raise _TamperedError(
                 "checkpoints", row_id, "checkpoint row has a value of the wrong type"
             )
-        out.append((row_id, Checkpoint(seq, head_hash, created_at, kid, signature)))
+        out.append(
+            (row_id, Checkpoint(seq, head_hash, runs, digest, created_at, kid, signature))
+        )
     return out
 
 
@@ -278,6 +325,7 @@ def verify_rows(
     exist. ``anchor`` is a checkpoint kept outside the log; it must match the chain too.
     """
     verifier: _Verifier | None = None
+    extra = (None if anchor is None else anchor.seq, public_key is not None)
     try:
         cps = _checkpoint_rows(checkpoints)
         wanted = [cp for _, cp in cps] + ([anchor] if anchor is not None else [])
@@ -288,16 +336,20 @@ def verify_rows(
         verifier.checked += len(cps)
         verifier.checkpoints(cps, public_key)
         if anchor is not None:
-            verifier.checkpoint("anchor", anchor, public_key)
+            verifier.anchor(anchor, cps, public_key)
     except _TamperedError as bad:
         checked = verifier.checked if verifier is not None else 0
-        return VerifyReport(False, checked, bad.problem, bad.table, bad.row)
+        return VerifyReport(False, checked, bad.problem, bad.table, bad.row, *extra)
     except AuditError:
         raise  # a caller's mistake (a malformed key), not a property of the log
     except Exception as exc:
         # A row shaped beyond every check above is still a bad row, never a crash.
         if verifier is None:
-            return VerifyReport(False, 0, f"unreadable checkpoint rows: {exc!r}", "checkpoints")
+            return VerifyReport(
+                False, 0, f"unreadable checkpoint rows: {exc!r}", "checkpoints", None, *extra
+            )
         table, row = verifier.where
-        return VerifyReport(False, verifier.checked, f"row cannot be checked: {exc!r}", table, row)
-    return VerifyReport(True, verifier.checked)
+        return VerifyReport(
+            False, verifier.checked, f"row cannot be checked: {exc!r}", table, row, *extra
+        )
+    return VerifyReport(True, verifier.checked, None, None, None, *extra)
