@@ -339,6 +339,11 @@ def compile_glob(pattern: str, working_dir: str, follow: bool = False) -> Glob:
 # --------------------------------------------------------------------------- finding paths
 
 
+def is_path_name(name: str, extra: Iterable[str]) -> bool:
+    """Whether a parameter called ``name`` holds paths: a path name, or one of ``extra``."""
+    return _is_path_name(name, frozenset(e.lower() for e in extra))
+
+
 def _is_path_name(name: str, extra: frozenset[str]) -> bool:
     lowered = name.lower()
     return lowered in PATH_PARAM_NAMES or lowered in extra or lowered.endswith(_PATH_SUFFIXES)
@@ -373,31 +378,42 @@ def _as_text(value: Any) -> str | None:
 
 
 class _Finder:
-    """One walk over a call's parameters; ``name`` is the nearest enclosing dict key."""
+    """One walk over a call's parameters; ``name`` is the nearest enclosing dict key.
 
-    def __init__(self, extra: frozenset[str], default_intent: Intent) -> None:
+    ``top`` is the call's own parameter the value sits under: a declared role is looked up
+    by it, so ``{"opts": {"dest": ...}}`` takes the role declared for ``opts``.
+    """
+
+    def __init__(self, extra: frozenset[str], default_intent: Intent,
+                 roles: Mapping[str, Intent] | None) -> None:
         self.extra = extra
         self.default_intent = default_intent
+        self.roles = roles
         self.found: list[PathArg] = []
 
-    def walk(self, value: Any, key: str, name: str, depth: int) -> None:
+    def walk(self, value: Any, key: str, name: str, depth: int, top: str = "") -> None:
         if depth > _MAX_DEPTH:
             raise PathRejected(f"parameters nest deeper than {_MAX_DEPTH} levels at {key!r}")
         if isinstance(value, str):  # the common case first: ABC checks below are slower
-            self.visit(value, key, name)
+            self.visit(value, key, name, top)
         elif isinstance(value, dict | Mapping):
             for raw_name, child in value.items():
                 child_name = str(raw_name)
                 child_key = f"{key}.{child_name}" if key else child_name
-                self.walk(child, child_key, child_name, depth + 1)
+                self.walk(child, child_key, child_name, depth + 1, top or child_name)
         elif isinstance(value, list | tuple | set | frozenset):
             for index, child in enumerate(value):
-                self.walk(child, f"{key}[{index}]", name, depth + 1)
+                self.walk(child, f"{key}[{index}]", name, depth + 1, top)
         elif (text := _as_text(value)) is not None:
-            self.visit(text, key, name)
+            self.visit(text, key, name, top)
 
-    def visit(self, text: str, key: str, name: str) -> None:
-        intent = _intent_of(name, self.default_intent)
+    def intent(self, name: str, top: str) -> Intent:
+        if self.roles is None:
+            return _intent_of(name, self.default_intent)
+        return self.roles.get(top, self.default_intent)
+
+    def visit(self, text: str, key: str, name: str, top: str) -> None:
+        intent = self.intent(name, top)
         stripped = text.strip()
         named = bool(name) and _is_path_name(name, self.extra)
         # Free text is a path only when it is one line shaped like a path: code or prose that
@@ -416,21 +432,27 @@ def path_arguments(
     parameters: Mapping[str, Any],
     extra_path_params: Iterable[str] = (),
     default_intent: Intent = "read",
+    *,
+    roles: Mapping[str, Intent] | None = None,
 ) -> list[PathArg]:
     """Every path in ``parameters``, nested ones included, with its key path and intent.
 
     A string is a path when it is absolute, starts with ``~/``, ``./``, ``../`` or ``file:``, or is
     the value of a path-named parameter (``PATH_PARAM_NAMES``, names ending in ``_path``,
-    ``_file``, ``_dir`` and their plurals, plus ``extra_path_params``), even when relative; free
-    text that spans lines is never a path. A value padded with whitespace is reported twice, as
-    written and stripped. Items
-    of a list take the name of the key holding the list. The intent is "write" for write-named
-    keys (``dest``, ``output``, ``target``, names starting ``write``, ``out``, ``dest`` or
-    ``save``), "read" for source-named keys
-    (``src``, ``source``, ``input``) and ``default_intent`` (the action's intent) otherwise.
+    ``_file``, ``_dir`` and their plurals, plus ``extra_path_params`` and the keys of
+    ``roles``), even when relative; free text that spans lines is never a path. A value padded
+    with whitespace is reported twice, as written and stripped. Items of a list take the name
+    of the key holding the list.
+
+    With ``roles`` (declared per parameter) a path takes the role of the call's parameter it
+    sits under, and ``default_intent`` when that parameter has none: nothing is guessed.
+    Without, the intent is guessed from names: "write" for write-named keys (``dest``,
+    ``output``, ``target``, names starting ``write``, ``out``, ``dest`` or ``save``), "read"
+    for source-named keys (``src``, ``source``, ``input``) and ``default_intent`` otherwise.
     Raises ``PathRejected`` when the parameters nest deeper than the walk will follow.
     """
-    finder = _Finder(frozenset(p.lower() for p in extra_path_params), default_intent)
+    names = [*extra_path_params, *(roles or ())]
+    finder = _Finder(frozenset(p.lower() for p in names), default_intent, roles)
     finder.walk(parameters, "", "", 0)
     return finder.found
 
@@ -439,12 +461,18 @@ def canonical_parameters(
     parameters: Mapping[str, Any],
     working_dir: str,
     extra_path_params: Iterable[str] = (),
+    *,
+    shaped: bool = False,
 ) -> dict[str, Any]:
     """A copy of ``parameters`` with the value of every path-named parameter made canonical.
 
     This is the form to hand the executor, so the file it opens is the file that was checked.
-    Path-shaped free text under other names is checked by ``path_arguments`` but left as written
-    here (it may be prose). Raises ``PathRejected`` like ``canonical`` and for deep nesting.
+    Path-shaped free text under other names is checked by ``path_arguments`` and left as
+    written here (it may be prose an executor never opens) unless ``shaped``: then it is made
+    canonical too, for code that may open any string it is given (in-process tools), so a
+    relative ``./x`` cannot be checked against ``working_dir`` and opened against another
+    directory. Lists, tuples and sets are rebuilt (sets as sets). Raises ``PathRejected`` like
+    ``canonical`` and for deep nesting.
     """
     extra = frozenset(p.lower() for p in extra_path_params)
 
@@ -453,10 +481,16 @@ def canonical_parameters(
             raise PathRejected(f"parameters nest deeper than {_MAX_DEPTH} levels")
         if isinstance(value, Mapping):
             return {k: rebuild(v, str(k), depth + 1) for k, v in value.items()}
-        if isinstance(value, list | tuple):
+        if isinstance(value, list | tuple | set | frozenset):
             return type(value)(rebuild(v, name, depth + 1) for v in value)
         text = _as_text(value)
-        if text is not None and name and _is_path_name(name, extra):
+        if text is None:
+            return value
+        if name and _is_path_name(name, extra):
+            return canonical(text, working_dir)
+        stripped = text.strip()
+        if shaped and "\n" not in stripped and "\r" not in stripped and \
+                _looks_like_path(stripped):
             return canonical(text, working_dir)
         return value
 

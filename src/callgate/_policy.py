@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from callgate._model import StrictModel, Verdict
 from callgate.executors.wiring import ExecutorSettings
 from callgate.guards._settings import GuardSettings
 
 Risk = Literal["low", "medium", "high", "critical"]
+PathRole = Literal["read", "write"]
 RISK_ORDER: dict[str, int] = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 
 _Count = Annotated[int, Field(ge=0)]
@@ -159,7 +160,12 @@ class ToolConstraints(StrictModel):
 
 
 class ToolPolicy(StrictModel):
-    """What a declared tool may touch. Unspecified parts are not enforced by the path gate."""
+    """What a declared tool may touch. Unspecified parts are not enforced by the path gate.
+
+    ``path_params`` names the parameters that hold paths and how each is used: a mapping
+    ``{name: read | write}``. A list of names means every one is read, and is refused when the
+    tool declares filesystem writes: then each path parameter's role must be written out.
+    """
 
     risk: Risk = "medium"
     filesystem: FilesystemPolicy | None = None
@@ -170,8 +176,23 @@ class ToolPolicy(StrictModel):
     limits: Limits = Limits()
     scratch: bool = False
     working_dir: str | None = None
-    path_params: tuple[str, ...] = ()
+    path_params: dict[str, PathRole] = Field(default_factory=dict)
     tool_class: str | None = None
+
+    @field_validator("path_params", mode="before")
+    @classmethod
+    def _roles_are_explicit(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list | tuple):
+            return value
+        fs = info.data.get("filesystem")
+        if isinstance(fs, FilesystemPolicy) and fs.write:
+            raise ValueError(
+                "the tool declares filesystem writes, so path_params must give each path "
+                "parameter its role as a mapping, e.g. {path: write, template: read}")
+        return {name: "read" for name in value} if all(isinstance(n, str) for n in value) \
+            else value
 
     @field_validator("network")
     @classmethod

@@ -40,7 +40,7 @@ def declared_roots(policy: Policy, working_dir: str) -> Iterator[DeclaredRoot]:
             where: Where = ("principal", "capabilities", i, "constraints", "allowed_paths", j)
             yield DeclaredRoot(where, pattern, working_dir, c.follow_symlinks)
     for name, tool in policy.tools.items():
-        yield from _tool_roots(name, tool, working_dir)
+        yield from tool_roots(name, tool, working_dir)
     settings = policy.executors
     if settings is None:
         return
@@ -54,7 +54,8 @@ def declared_roots(policy: Policy, working_dir: str) -> Iterator[DeclaredRoot]:
             yield DeclaredRoot(("executors", "databases", db), target, working_dir, follow)
 
 
-def _tool_roots(name: str, tool: ToolPolicy, working_dir: str) -> Iterator[DeclaredRoot]:
+def tool_roots(name: str, tool: ToolPolicy, working_dir: str) -> Iterator[DeclaredRoot]:
+    """The filesystem patterns of one tool policy, against its own or the given directory."""
     fs = tool.filesystem
     if fs is None:
         return

@@ -2,7 +2,8 @@
 
 Unlike a gate that looks only at absolute paths, every path-like argument is checked: relative
 ones resolve against the kernel's working directory, and every path goes through realpath, so a
-symlink whose target leaves the declared globs is denied and ``..`` cannot escape.
+symlink whose target leaves the declared globs is denied and ``..`` cannot escape. A tool that
+declares writes has each path judged by the role its parameter declares (``path_params``).
 """
 
 from __future__ import annotations
@@ -41,8 +42,16 @@ def check_stance(call: ToolCall, policy: ToolPolicy, working_dir: str) -> tuple[
         return None
     wd = policy.working_dir or working_dir
     try:
-        args = path_arguments(call.parameters, policy.path_params,
-                              default_intent=intent_of(call.action))
+        if fs.write and (policy.path_params or call.tool_class != "shell"):
+            # A tool that may write: each path is judged by its parameter's declared role, and
+            # one under a parameter without a role as a write (the narrower stance), never by
+            # a guess from names or from the action. A subprocess tool's argv has no roles:
+            # its sandbox mounts read roots read-only, which decides read against write.
+            args = path_arguments(call.parameters, default_intent="write",
+                                  roles=policy.path_params)
+        else:
+            args = path_arguments(call.parameters, policy.path_params,
+                                  default_intent=intent_of(call.action))
         verdict = check_paths(args, fs.read if fs.read is not None else (),
                               fs.write if fs.write is not None else (), wd,
                               fs.follow_symlinks)
