@@ -230,8 +230,10 @@ class _Verifier:
         for run_id in stored:
             raise _TamperedError("runs", run_id, "runs row has no run-start event in the chain")
 
-    def checkpoints(self, rows: list[tuple[int, Checkpoint]], public_key: bytes | None) -> None:
-        if public_key is not None and not rows:
+    def checkpoints(
+        self, rows: list[tuple[int, Checkpoint]], public_key: bytes | None, anchored: bool
+    ) -> None:
+        if public_key is not None and not rows and not anchored:
             raise _TamperedError(
                 "checkpoints",
                 None,
@@ -260,8 +262,8 @@ class _Verifier:
             raise _TamperedError(
                 "checkpoints",
                 row,
-                f"checkpoint signs sequence {cp.seq} but the chain"
-                f" ends at {self.head_seq}: the tail was truncated",
+                f"checkpoint signs sequence {cp.seq} and {cp.runs} runs but the chain ends at"
+                f" {self.head_seq} with {len(self.runs)}: the tail was truncated",
             )
         wanted = self.wanted.get(cp.seq)
         if wanted is None or wanted[0] != cp.head_hash:
@@ -321,8 +323,8 @@ def verify_rows(
 ) -> VerifyReport:
     """Verify an audit log given its tables' rows; ``events`` must come in ``seq`` order.
 
-    With ``public_key``, every stored checkpoint must be signed by it and at least one must
-    exist. ``anchor`` is a checkpoint kept outside the log; it must match the chain too.
+    With ``public_key``, every stored checkpoint must be signed by it and at least one (or the
+    anchor) must exist. ``anchor`` is a checkpoint kept outside the log; it must match the chain too.
     """
     verifier: _Verifier | None = None
     extra = (None if anchor is None else anchor.seq, public_key is not None)
@@ -334,7 +336,7 @@ def verify_rows(
         verifier.events(events)
         verifier.runs_index(runs)
         verifier.checked += len(cps)
-        verifier.checkpoints(cps, public_key)
+        verifier.checkpoints(cps, public_key, anchor is not None)
         if anchor is not None:
             verifier.anchor(anchor, cps, public_key)
     except _TamperedError as bad:
