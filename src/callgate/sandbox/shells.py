@@ -20,6 +20,7 @@ Hidden here means the host's shells, not every way to run code: interpreters (``
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,8 +46,27 @@ def _listed(shells_file: str) -> list[str]:
         return []
 
 
+def _stamp(path: str) -> tuple[int, int, int]:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return (0, 0, 0)
+    return (info.st_dev, info.st_ino, info.st_mtime_ns)
+
+
 def host_shells(shells_file: str = SHELLS_FILE) -> frozenset[str]:
-    """The real (symlink-resolved) paths of the host's shells that exist as regular files."""
+    """The real (symlink-resolved) paths of the host's shells that exist as regular files.
+
+    Recomputed whenever ``shells_file``, a program directory or ``/etc/alternatives`` changes
+    (a shell installed, removed or re-pointed changes its directory's modification time).
+    """
+    watched = (shells_file, *PROGRAM_DIRS, "/etc/alternatives")
+    return _host_shells(shells_file, tuple(_stamp(path) for path in watched))
+
+
+@functools.lru_cache(maxsize=8)
+def _host_shells(shells_file: str, stamps: tuple[tuple[int, int, int], ...]) -> frozenset[str]:
+    del stamps  # the cache key: the watched paths as they are now
     candidates = _listed(shells_file)
     candidates += [os.path.join(d, name) for d in PROGRAM_DIRS for name in SHELL_NAMES]
     real = {os.path.realpath(path) for path in candidates}
