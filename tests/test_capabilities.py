@@ -130,3 +130,35 @@ def test_no_sequence_of_narrowing_ever_widens(tmp_path_factory: pytest.TempPathF
             assert child.expires_at <= parent.expires_at
             if child.admits(c, k.working_dir, t) is None:  # type: ignore[arg-type]
                 assert parent.admits(c, k.working_dir, t) is None  # type: ignore[arg-type]
+
+
+# --- grants whose root a symlink leads elsewhere ------------------------------------------
+
+
+def _file_kernel(work: Path, constraints: str) -> Kernel:
+    policy = parse_policy(
+        "name: p\nversion: 1\nprincipal:\n  name: a\n  capabilities:\n"
+        f"    - {{tool_class: file, constraints: {constraints}}}\n"
+        "rules: [{id: ok, decision: allow, match: {tool_class: file}}]\n")
+    return Kernel(policy, working_dir=work)
+
+
+def test_a_grant_root_made_a_symlink_after_load_grants_nothing_through_it(tmp_path: Path) -> None:
+    k = _file_kernel(tmp_path, '{allowed_paths: ["./data/**"]}')
+    (tmp_path / "data").symlink_to("/etc")
+    for action in ("read", "write"):
+        d = k.check(call("file", action, path="./data/hostname"))
+        assert d.verdict == "deny" and d.reasons[0].id == "capability.constraint", action
+
+
+def test_a_grant_follows_a_symlinked_root_only_when_its_constraints_say_so(
+    tmp_path: Path,
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "shared").symlink_to(outside)
+    d = _file_kernel(work, '{allowed_paths: ["./shared/**"], follow_symlinks: ["./shared/**"]}'
+                     ).check(call("file", "read", path="./shared/x"))
+    assert d.verdict == "allow"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -17,6 +16,7 @@ from callgate._check import check_command
 from callgate._cliutil import decision_json, fail, load_cli_policy, read_json_lines
 from callgate._errors import CallgateError, Denied
 from callgate._kernel import Kernel
+from callgate.audit.cli import audit_group
 from callgate.manifest.cli import lint_tools_command, manifest_group
 from callgate.presets import preset_names
 
@@ -105,33 +105,7 @@ def _pass_through(output: Any) -> None:
         sys.stderr.flush()
 
 
-@main.group()
-def audit() -> None:
-    """Inspect and verify audit logs."""
-
-
-@audit.command("verify")
-@click.argument("db", type=click.Path(dir_okay=False))
-@click.option("--public-key", type=click.Path(dir_okay=False, exists=True),
-              help="Ed25519 public key (raw 32 bytes or PEM) to check signed checkpoints.")
-def audit_verify(db: str, public_key: str | None) -> None:
-    """Recompute the hash chain and every stored column; exit 1 naming the first bad row."""
-    from callgate.audit import AuditStore
-
-    if not Path(db).is_file():
-        fail(f"error: audit log {db} does not exist")
-    key = Path(public_key).read_bytes() if public_key else None
-    try:
-        with AuditStore.open(db) as store:
-            report = store.verify(public_key=key)
-    except CallgateError as exc:
-        fail(f"error: {exc}")
-    if report.ok:
-        click.echo(f"ok: {report.checked} records, chain intact")
-        return
-    where = f"{report.table} row {report.row}" if report.table else "log"
-    click.echo(f"BROKEN at {where}: {report.problem}")
-    sys.exit(1)
+main.add_command(audit_group)
 
 
 @main.group()
