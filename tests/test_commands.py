@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -200,3 +201,161 @@ def test_accepted_commands_split_exactly_as_bash_splits_them(tmp_path: Path, arg
     words = shell.stdout.decode().split("\0")[:-1]
     expected = list(parse_command(command)[2:]) or [""]
     assert words == expected, shlex.join(words)
+
+
+# -- options that make an allowed program run another command -----------------------------------
+
+KERNEL_POLICY = """
+name: command-options
+version: 1
+principal:
+  name: agent
+  capabilities:
+    - tool_class: shell
+      actions: [exec]
+      constraints:
+        allowed_commands: [git, sed, tar, find, rsync, ssh, less, vim, awk, xargs, env, zip,
+                           timeout, ls, cat]
+rules:
+  - {id: allow-exec, priority: 100, match: {action: exec}, decision: allow, reason: ok}
+"""
+
+#: Each spelling from the review (and its neighbours), and the option or key the denial names.
+COMMAND_RUNNING = [
+    ("git -c alias.x='!touch pwned' x", "git -c alias.x"),
+    ("git -c core.fsmonitor='touch pwned' status", "git -c core.fsmonitor runs a command"),
+    ("git -c CORE.fsMonitor=x status", "git -c core.fsmonitor"),
+    ("git -c core.sshCommand=x fetch", "git -c core.sshcommand"),
+    ("git -c diff.x.textconv=x diff", "git -c diff.x.textconv"),
+    ("git -c filter.f.smudge=x checkout .", "git -c filter.f.smudge"),
+    ("git -c credential.helper='!x' fetch", "git -c credential.helper"),
+    ("git --config-env=core.pager=EVIL log", "git --config-env"),
+    ("git --exec-path=/tmp/x status", "git --exec-path"),
+    ("git -C /tmp/other status", "git -C"),
+    ("git rebase --exec='touch pwned' main", "git rebase --exec"),
+    ("git rebase -x 'touch pwned' main", "git rebase -x"),
+    ("git submodule foreach 'touch pwned'", "git submodule foreach"),
+    ("git clone --upload-pack='touch pwned' ./repo", "git clone --upload-pack"),
+    ("git config core.pager 'touch pwned'", "git config core.pager"),
+    ("sed '1e touch pwned' a.txt", "sed script command 'e' runs a command"),
+    ("sed -ne '1e touch pwned' a.txt", "sed -e script command 'e'"),
+    ("sed --expression='1e touch pwned' a.txt", "sed --expression script command 'e'"),
+    ("sed --expr='1e touch pwned' a.txt", "sed --expr (--expression) script command 'e'"),
+    ("sed 's/a/touch pwned/e' a.txt", "sed script flag 'e' of 's' runs a command"),
+    ("sed -n 'w /dev/stdout' a.txt", "sed script command 'w' writes a file"),
+    ("sed -f script.sed a.txt", "sed -f"),
+    ("tar --to-command='touch pwned' -xf a.tar", "tar --to-command runs a command"),
+    ("tar --to-com='touch pwned' -xf a.tar", "tar --to-com (--to-command)"),
+    ("tar --checkpoint=1 --checkpoint-action=exec='touch pwned' -cf a.tar a.txt",
+     "tar --checkpoint-action"),
+    ("tar --checkpoint-a=exec=x -cf a.tar a.txt", "tar --checkpoint-a (--checkpoint-action)"),
+    ("tar -I 'touch pwned' -cf a.tar a.txt", "tar -I runs a command"),
+    ("tar -cIx -f a.tar a.txt", "tar -I"),
+    ("tar cIf x a.tar a.txt", "tar -I"),
+    ("tar --use-compress-program=x -cf a.tar a.txt", "tar --use-compress-program"),
+    ("find . -exec touch pwned \\;", "find -exec runs a command"),
+    ("find . -execdir touch pwned +", "find -execdir"),
+    ("find . -okdir touch pwned \\;", "find -okdir"),
+    ("find . -fprintf out %p", "find -fprintf writes a file"),
+    ("rsync -e 'touch pwned' a b:c", "rsync -e runs a command"),
+    ("rsync --rsh=x a b:c", "rsync --rsh"),
+    ("rsync --rsync-path=x a b:c", "rsync --rsync-path"),
+    ("ssh -o ProxyCommand='touch pwned' host", "ssh -o ProxyCommand runs a command"),
+    ("ssh -oProxyCommand=x host", "ssh -o ProxyCommand"),
+    ("ssh -o 'proxycommand x' host", "ssh -o proxycommand"),
+    ("ssh -v -o LocalCommand=x host", "ssh -o LocalCommand"),
+    ("less '+!touch pwned' a.txt", "less +"),
+    ("vim -c '!touch pwned' a.txt", "vim -c"),
+    ("vim '+!touch pwned' a.txt", "vim +"),
+    ("awk 'BEGIN{system(\"touch pwned\")}'", "awk program calls system()"),
+    ("awk 'BEGIN{print | \"sh\"}'", "awk program pipes"),
+    ("awk '{\"id\" | getline x}' a.txt", "awk program pipes"),
+    ("xargs touch", "xargs"),
+    ("env -S 'touch pwned'", "env -S"),
+    ("env --split-string='touch pwned' ls", "env --split-string"),
+    ("zip -T -TT 'touch pwned' a.zip a.txt", "zip -T"),
+    ("zip --unzip-command='touch pwned' -T a.zip a.txt", "zip"),
+]
+
+
+@pytest.fixture
+def options_kernel() -> Any:
+    """A fresh kernel per test: a behavioural statement may quarantine a run."""
+    from callgate._kernel import Kernel
+    from callgate._loader import parse_policy
+
+    return Kernel(parse_policy(KERNEL_POLICY))
+
+
+def _shell_call(command: str | list[str]) -> Any:
+    from callgate._model import ToolCall
+
+    key = "command" if isinstance(command, str) else "argv"
+    return ToolCall(tool="sh", tool_class="shell", action="exec", parameters={key: command})
+
+
+@pytest.mark.parametrize(("command", "names"), COMMAND_RUNNING)
+def test_options_that_run_commands_are_denied_by_the_kernel_naming_the_option(
+    options_kernel: Any, command: str, names: str
+) -> None:
+    reason = check_command(command, ["git", "sed", "tar", "find", "rsync", "ssh", "less", "vim",
+                                     "awk", "xargs", "env", "zip"])
+    assert reason is not None and names in reason, reason
+    decision = options_kernel.check(_shell_call(command))
+    assert decision.verdict == "deny"
+    assert names in decision.reasons[0].message
+    assert options_kernel.check(_shell_call(shlex.split(command))).verdict == "deny"
+
+
+def test_a_wrapper_runs_only_programs_that_are_allowed_themselves(options_kernel: Any) -> None:
+    assert "'touch'" in str(check_command("timeout 5 touch pwned", ["timeout", "ls"]))
+    assert "'touch'" in str(check_command("env touch pwned", ["env", "ls"]))
+    assert check_command("timeout 5 ls -la", ["timeout", "ls"]) is None
+    assert options_kernel.check(_shell_call("env GIT_SSH_COMMAND=x git fetch")).verdict == "deny"
+    assert options_kernel.check(_shell_call("timeout 5 ls")).verdict == "allow"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git -c user.name=x commit -m msg",
+        "git -c color.ui=false log --oneline",
+        "git status",
+        "git config user.email a@b.example",
+        "git log -n 3",
+        "sed -n 1p a.txt",
+        "sed -e 's/a/b/g' -e '/x/d' a.txt",
+        "sed -i.bak 's/e/E/' a.txt",
+        "sed -ie 's/e/E/' a.txt",
+        "sed --quiet --expression=2p a.txt",
+        "tar -czf a.tgz a.txt",
+        "tar xvf a.tar",
+        "tar --checkpoint=10 --checkpoint-action=dot -cf a.tar a.txt",
+        "find . -name '*.txt' -print",
+        "rsync -avz src/ dst/",
+        "ssh -o ConnectTimeout=5 host",
+        "less a.txt",
+        "awk -F: '{print $1}' a.txt",
+        "awk '$1 == \"a\" || $2 > 3 {n++} END {print n}' a.txt",
+        "zip -r a.zip dir",
+        "env ls",
+    ],
+)
+def test_benign_spellings_of_the_same_programs_stay_allowed(
+    options_kernel: Any, command: str
+) -> None:
+    assert check_command(command, ["git", "sed", "tar", "find", "rsync", "ssh", "less", "awk",
+                                   "zip", "env", "ls"]) is None
+    assert options_kernel.check(_shell_call(command)).verdict == "allow"
+
+
+def test_a_one_mebibyte_one_token_command_is_refused_up_front() -> None:
+    reason = check_command("ls " + "a" * (1 << 20), ["ls"])
+    assert reason is not None and "longer than" in reason
+    with pytest.raises(CommandRejected):
+        parse_command("a" * (1 << 20))
+
+
+def test_a_long_quoted_token_under_the_limit_splits_as_shlex_does() -> None:
+    token = "'" + "a b" * 30_000 + "'"
+    assert parse_command("ls " + token) == ("ls", "a b" * 30_000)

@@ -1,33 +1,38 @@
 """Command checks for shell capabilities: one argv, no shell syntax, an allowed program.
 
-Commands run as an argv, never through a shell, so a command string is only accepted when
-``shlex`` splitting means exactly what a shell would: any unquoted shell construct (``;``, ``&``,
-``|``, ``<``, ``>``, ``(``, ``)``, ``{``, ``}``, ``$``, backticks), ``$`` or a backtick inside
-double quotes (where a shell still expands them), an unquoted ``~`` a shell would expand, a
-``#`` that would start a comment, and any newline, carriage return or NUL, even quoted, is
-refused with a reason that names it. Single-quoted and backslash-escaped characters are literal in
-both readings and are accepted (``grep 'a|b' notes.txt``). Glob characters in arguments stay
-literal: nothing expands them, so ``ls *.txt`` lists a file named ``*.txt``.
+Commands run as an argv, never through a shell, so a command string is only accepted when ``shlex``
+splitting means exactly what a shell would (the scan is ``_shellwords``): any unquoted shell
+construct (``;``, ``&``, ``|``, ``<``, ``>``, ``(``, ``)``, ``{``, ``}``, ``$``, backticks), ``$``
+or a backtick inside double quotes (where a shell still expands them), an unquoted ``~`` a shell
+would expand, a ``#`` that would start a comment, and any newline, carriage return or NUL, even
+quoted, is refused with a reason that names it. Single-quoted and backslash-escaped characters are
+literal in both readings and are accepted (``grep 'a|b' notes.txt``). Glob characters in arguments
+stay literal: nothing expands them, so ``ls *.txt`` lists a file named ``*.txt``.
 
 The program is ``argv[0]``. A bare name must be on the allow-list. A program given as a path
 (``/bin/ls``) is allowed as ``ls`` only when it is the very file that searching ``PATH`` for ``ls``
 finds (both resolved with ``realpath``), so a look-alike such as ``/tmp/ls`` is refused; an
 allow-list entry may also be an absolute path, which then names that file.
+
+What the program runs is checked too: a wrapper (``timeout 5 ls``, ``env ls``) needs the program
+it wraps to be allowed as well, and an option, operand, configuration key or environment
+assignment that makes an allowed program run a command its argv does not show (``git -c
+core.fsmonitor=…``, ``sed '1e …'``, ``tar --to-command=…``, ``find -exec``) is refused with a
+reason naming it (the catalog's ``runs_commands`` section). A string longer than
+``MAX_COMMAND_CHARS`` is refused before it is read.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 from collections.abc import Sequence
 
 from callgate._errors import CallgateError
+from callgate._shellwords import MAX_COMMAND_CHARS, shell_construct, split_words
+from callgate.abstraction._shell import ShellCommand, peel
 
-_ALWAYS_BAD = {"\n": "\\n", "\r": "\\r", "\x00": "\\0"}
-_UNQUOTED_META = frozenset(";&|<>(){}$`")
-_TWO_CHAR = ("&&", "||", "$(", ">>", "<<", ">&", "<&", "&>", "|&")
 _KIND: dict[str, str] = {
     ";": "compound shell commands",
     "&&": "compound shell commands",
@@ -65,48 +70,6 @@ def _show(command: str) -> str:
     return repr(command if len(command) <= _SHOW else command[:_SHOW] + "…")
 
 
-def _scan_unquoted(command: str) -> str | None:
-    """The first shell construct a shell would act on, as written, or ``None``."""
-    quote: str | None = None
-    previous = " "  # the character before, as the shell saw it ("" when it was quoted)
-    i = 0
-    while i < len(command):
-        char = command[i]
-        if quote == "'":
-            quote = None if char == "'" else quote
-        elif char == "\\":
-            if quote == '"' and command[i + 1 : i + 2] in ("$", "`"):
-                return command[i + 1]  # shlex keeps this backslash, a shell drops it
-            i += 1  # the escaped character is literal
-        elif quote == '"':
-            if char == '"':
-                quote = None
-            elif char in "$`":
-                return command[i : i + 2] if command[i : i + 2] == "$(" else char
-        elif char in "'\"":
-            quote = char
-        elif char in _UNQUOTED_META:
-            pair = command[i : i + 2]
-            return pair if pair in _TWO_CHAR else char
-        elif char in "~#" and (previous.isspace() or (char == "~" and previous in ("=", ":"))):
-            return char
-        previous = char if quote is None else ""
-        i += 1
-    return None
-
-
-def _shell_construct(command: str) -> str | None:
-    for char, shown in _ALWAYS_BAD.items():
-        if char in command:
-            return shown
-    for char in command:
-        # Other control characters split nothing in either reading, but they hide what a
-        # reviewer of the audit log would read (escape sequences, backspaces).
-        if (ord(char) < 0x20 and char != "\t") or ord(char) == 0x7F:
-            return f"\\x{ord(char):02x}"
-    return _scan_unquoted(command)
-
-
 def _construct_reason(token: str, command: str) -> str:
     kind = _KIND.get(token, "control characters" if token.startswith("\\x") else "redirections")
     return f"{kind} are not allowed: '{token}' in {_show(command)}"
@@ -115,15 +78,19 @@ def _construct_reason(token: str, command: str) -> str:
 def parse_command(command: str | Sequence[str]) -> tuple[str, ...]:
     """The argv a command runs as. Raises ``CommandRejected`` for shell syntax or a bad argv.
 
-    A string is split with ``shlex`` after the shell-construct scan; a sequence is taken as the
-    argv itself (its items must be strings without NUL bytes).
+    A string longer than ``MAX_COMMAND_CHARS`` is refused before anything reads it; a shorter
+    one is split like ``shlex.split`` (in linear time) after the shell-construct scan. A
+    sequence is taken as the argv itself (its items must be strings without NUL bytes).
     """
     if isinstance(command, str):
-        token = _shell_construct(command)
+        if len(command) > MAX_COMMAND_CHARS:
+            raise CommandRejected(
+                f"command {_show(command)} is longer than {MAX_COMMAND_CHARS} characters")
+        token = shell_construct(command)
         if token is not None:
             raise CommandRejected(_construct_reason(token, command))
         try:
-            argv = tuple(shlex.split(command, comments=False, posix=True))
+            argv = split_words(command)
         except ValueError as exc:
             raise CommandRejected(f"command {_show(command)} cannot be parsed: {exc}") from exc
     else:
@@ -177,6 +144,33 @@ def _program_reason(program: str, allowed: Sequence[str], search_path: str | Non
     return f"program {program} is not in the allowed commands ({listed})"
 
 
+def _program_allowed(program: str, allowed: Sequence[str], search_path: str | None) -> str | None:
+    try:
+        if any(_entry_allows(program, entry, search_path) for entry in allowed):
+            return None
+        return _program_reason(program, allowed, search_path)
+    except (OSError, ValueError) as exc:  # realpath on an unencodable name, and the like
+        return f"program {program!r} cannot be resolved: {exc}"
+
+
+def _what_runs(argv: tuple[str, ...], allowed: Sequence[str] | None,
+               search_path: str | None) -> str | None:
+    """Why a program that ``argv`` runs is refused: an option that runs a command, a wrapped
+    program that is not allowed itself, a ``sh -c`` string that does not parse."""
+    for cmd in peel(ShellCommand(words=argv)):
+        if cmd.parse_error is not None:
+            return f"command {_show(' '.join(argv))} cannot be parsed: {cmd.parse_error}"
+        if cmd.runs_command is not None:
+            return cmd.runs_command
+        if allowed is None:
+            continue
+        for program in [w.split()[0] for w in cmd.wrappers] + list(cmd.words[:1]):
+            why = _program_allowed(program, allowed, search_path)
+            if why is not None:
+                return why
+    return None
+
+
 def check_command(
     command: str | Sequence[str],
     allowed: Sequence[str] | None,
@@ -185,9 +179,12 @@ def check_command(
     """``None`` when ``command`` may run, else the reason it may not.
 
     Shell syntax is refused whatever ``allowed`` says, since the command will run as an argv and
-    a construct a shell would act on cannot mean the same thing there. ``allowed=None`` leaves
-    the program unchecked; an empty list allows none. ``search_path`` is the ``PATH`` used to
-    find the real file behind an allowed name (default: this process's ``PATH``).
+    a construct a shell would act on cannot mean the same thing there; so are options that make
+    the program run a command its argv does not show (``git -c core.pager=…``, ``sed '1e …'``).
+    ``allowed=None`` leaves the programs unchecked; an empty list allows none. A wrapper
+    (``timeout``, ``env``, ``sudo`` …) is allowed only when the program it runs is allowed too.
+    ``search_path`` is the ``PATH`` used to find the real file behind an allowed name (default:
+    this process's ``PATH``).
     """
     try:
         argv = parse_command(command)
@@ -197,11 +194,8 @@ def check_command(
     shape = _program_shape(program, isinstance(command, str))
     if shape is not None:
         return shape
-    if allowed is None:
-        return None
-    try:
-        if any(_entry_allows(program, entry, search_path) for entry in allowed):
-            return None
-        return _program_reason(program, allowed, search_path)
-    except (OSError, ValueError) as exc:  # realpath on an unencodable name, and the like
-        return f"program {program!r} cannot be resolved: {exc}"
+    if allowed is not None:
+        why = _program_allowed(program, allowed, search_path)
+        if why is not None:
+            return why
+    return _what_runs(argv, allowed, search_path)

@@ -82,6 +82,8 @@ class Catalog:
     wrappers: Mapping[str, WrapperSpec]
     shells: frozenset[str]
     detectors: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: The ``runs_*`` sections as written: options that run commands (``_runners`` reads them).
+    runs_data: Mapping[str, Any] = field(default_factory=dict)
 
     def detect(self, words: Sequence[str]) -> ProgramSpec | None:
         """The entry of an uncatalogued program recognised by its flags (libFuzzer targets)."""
@@ -186,6 +188,7 @@ def parse_catalog(data: Mapping[str, Any]) -> Catalog:
         wrappers=wrappers,
         shells=frozenset(data["shells"]),
         detectors=detectors,
+        runs_data={k: v for k, v in data.items() if str(k).startswith("runs_")},
     )
 
 

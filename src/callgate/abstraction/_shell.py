@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from tree_sitter import Language, Node, Parser
 
 from callgate.abstraction._catalog import Catalog, default_catalog
+from callgate.abstraction._runners import runs_command, runs_environment
 
 #: Longest command line parsed; longer lines become a ``parse_error`` command.
 MAX_COMMAND_CHARS = 100_000
@@ -54,7 +55,9 @@ class ShellCommand:
 
     ``words`` start with the program as written; ``wrappers`` lists what was peeled (``sudo``,
     ``bash -c`` …); ``dynamic`` says a word holds an expansion the parser could not resolve;
-    ``parse_error`` is set when the line (or the part holding this command) did not parse.
+    ``parse_error`` is set when the line (or the part holding this command) did not parse;
+    ``runs_command`` says why the command, one of its wrappers or its environment makes a
+    program run a command its words do not show (``git -c core.pager=…``, ``sed 1e…``).
     """
 
     words: tuple[str, ...]
@@ -66,6 +69,7 @@ class ShellCommand:
     dynamic: bool = False
     depth: int = 0
     parse_error: str | None = None
+    runs_command: str | None = None
 
     @property
     def program(self) -> str:
@@ -250,7 +254,8 @@ class _Walker:
             if not dynamic:
                 self.env[_text(name_node)] = value
         words = (_text(node.children[0]),) if node.type == "declaration_command" else ()
-        self._emit(ShellCommand(words=words, assignments=tuple(pairs)))
+        self._emit(ShellCommand(words=words, assignments=tuple(pairs),
+                                runs_command=runs_environment([n for n, _ in pairs])))
 
     def _redirect(self, node: Node) -> Redirect:
         fd_node = next((c for c in node.named_children if c.type == "file_descriptor"), None)
@@ -359,19 +364,19 @@ def _shell_string(words: tuple[str, ...]) -> str | None:
 def peel(command: ShellCommand, cat: Catalog | None = None) -> list[ShellCommand]:
     """Peel wrappers off a command; ``sh -c`` strings are parsed again (depth-bounded)."""
     catalog = cat or default_catalog()
-    current = command
+    current = _judged(command, command.words, catalog)
     while current.words:
         program = current.program
         if program in catalog.wrappers:
             start, pairs = _wrapped_start(current.words, catalog)
             if start == 0:
                 break
-            current = replace(
+            current = _judged(replace(
                 current,
                 words=current.words[start:],
                 wrappers=(*current.wrappers, program),
                 assignments=current.assignments + pairs,
-            )
+            ), current.words[start:], catalog)
             continue
         if program in catalog.shells:
             script = _shell_string(current.words)
@@ -379,9 +384,21 @@ def peel(command: ShellCommand, cat: Catalog | None = None) -> list[ShellCommand
                 inner = parse_commands(
                     script, depth=current.depth + 1, wrappers=(*current.wrappers, f"{program} -c")
                 )
-                return [replace(c, redirects=c.redirects + current.redirects) for c in inner]
+                return [replace(c, redirects=c.redirects + current.redirects,
+                                runs_command=c.runs_command or current.runs_command)
+                        for c in inner]
         break
     return [current, *_find_exec(current)]
+
+
+def _judged(command: ShellCommand, words: tuple[str, ...], cat: Catalog) -> ShellCommand:
+    """``command`` with ``runs_command`` set by ``words`` or its environment, if not set yet."""
+    if command.runs_command is not None:
+        return command
+    found = runs_environment([name for name, _ in command.assignments])
+    if found is None and words:
+        found = runs_command(words, None if cat is default_catalog() else cat)
+    return command if found is None else replace(command, runs_command=found)
 
 
 def _find_exec(command: ShellCommand) -> list[ShellCommand]:
