@@ -324,7 +324,8 @@ def verify_rows(
     """Verify an audit log given its tables' rows; ``events`` must come in ``seq`` order.
 
     With ``public_key``, every stored checkpoint must be signed by it and at least one (or the
-    anchor) must exist. ``anchor`` is a checkpoint kept outside the log; it must match the chain too.
+    anchor) must exist. ``anchor`` is a checkpoint kept outside the log; it must match the
+    chain too.
     """
     verifier: _Verifier | None = None
     extra = (None if anchor is None else anchor.seq, public_key is not None)
