@@ -106,3 +106,16 @@ def test_a_run_recorded_in_an_audit_log_is_checked_like_a_trace(tmp_path: Path) 
     # offline, the denied call is an event too (status denied): the statement still names it
     assert out["violations"][0]["statement"] == "one-fetch"
     assert out["violations"][0]["events"] == [2]
+
+
+def test_a_line_nested_too_deep_is_an_error_naming_the_line_not_a_crash(files: Path) -> None:
+    deep = 100_000
+    (files / "deep.jsonl").write_text(
+        json.dumps(TRACE[0]) + "\n" + '{"tool": "Read", "parameters": {"x": ' + "[" * deep
+        + "]" * deep + "}}\n" + "[" * deep + "\n" + json.dumps(TRACE[1]) + "\n")
+    proc = check(files, "--policy", "p.yaml", "deep.jsonl")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "deep.jsonl:2" in proc.stderr
+    assert "deep.jsonl:3" in proc.stderr
+    assert "deeper than" in proc.stderr

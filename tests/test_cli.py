@@ -126,3 +126,102 @@ def test_policy_lint_reports_a_bad_behaviour_statement_at_its_place(tmp_path: Pa
     proc = run("policy", "lint", str(bad))
     assert proc.returncode == 2
     assert f"{bad}:5:" in proc.stderr
+
+
+DEEP = 100_000
+
+
+def deep_call(levels: int = DEEP) -> str:
+    """A call whose parameters nest ``levels`` arrays deep, as raw JSON text."""
+    return ('{"tool": "fetch", "tool_class": "http", "action": "get", "parameters": {"x": '
+            + "[" * levels + "]" * levels + "}}")
+
+
+def run_bytes(*args: str, stdin: bytes, cwd: Path | None = None
+              ) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, cwd=cwd, timeout=60,
+                          check=False)
+
+
+def audited_decisions(db: Path) -> list[dict[str, object]]:
+    from callgate.audit import AuditStore
+
+    with AuditStore.open(db) as store:
+        assert store.verify().ok
+        return [r.payload for run in store.run_ids() for r in store.records(run)
+                if r.kind == "decision"]
+
+
+def test_decide_denies_a_line_nested_too_deep_and_decides_the_lines_after_it(
+        workdir: Path) -> None:
+    lines = [json.dumps(CALLS[0]), deep_call(), "[" * DEEP + "]" * DEEP, json.dumps(CALLS[0])]
+    proc = run("decide", "--policy", str(EXAMPLE), "--audit", "a.db",
+               stdin="\n".join(lines) + "\n", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [d["verdict"] for d in out] == ["allow", "deny", "deny", "allow"]
+    for denied, number in ((out[1], 2), (out[2], 3)):
+        assert denied["reasons"][0]["id"] == "input.too-deep"
+        assert denied["reasons"][0]["message"].startswith(f"line {number}: ")
+    assert len(audited_decisions(workdir / "a.db")) == 4
+
+
+def test_decide_denies_paths_with_invalid_utf8_audits_them_and_goes_on(workdir: Path) -> None:
+    raw = (b'{"tool": "read", "tool_class": "file", "action": "read", '
+           b'"parameters": {"path": "./data/\xff\xfe.txt"}}\n')
+    escaped = (b'{"tool": "read", "tool_class": "file", "action": "read", '
+               b'"parameters": {"path": "./data/\\udcff.txt"}}\n')
+    good = json.dumps({"tool": "read", "tool_class": "file", "action": "read",
+                       "parameters": {"path": "./data/notes.txt"}}).encode() + b"\n"
+    proc = run_bytes("decide", "--policy", str(EXAMPLE), "--audit", "a.db",
+                     stdin=raw + escaped + good, cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert b"Traceback" not in proc.stderr
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(out) == 3
+    assert out[0]["verdict"] == "deny"
+    assert out[0]["reasons"][0]["id"] == "input.not-utf8"
+    assert out[0]["reasons"][0]["message"].startswith("line 1: ")
+    assert out[1]["verdict"] in ("allow", "deny")   # decided, whatever the store can encode
+    assert out[2]["verdict"] == "allow"
+    assert len(audited_decisions(workdir / "a.db")) == 3
+
+
+def test_decide_denies_an_overlong_line_without_reading_it_whole(workdir: Path) -> None:
+    from callgate._cliutil import MAX_LINE_BYTES
+
+    huge = '{"tool": "x", "parameters": {"x": "' + "a" * MAX_LINE_BYTES + '"}}'
+    proc = run("decide", "--policy", str(EXAMPLE), stdin=huge + "\n" + json.dumps(CALLS[0]),
+               cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [d["verdict"] for d in out] == ["deny", "allow"]
+    assert out[0]["reasons"][0]["id"] == "input.too-large"
+
+
+def test_decide_with_a_deadline_no_decision_can_meet_denies_every_call(workdir: Path) -> None:
+    proc = run("decide", "--policy", str(EXAMPLE), "--deadline", "1e-9",
+               stdin=json.dumps(CALLS[0]) + "\n", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["verdict"] == "deny"
+    assert out["reasons"][0]["id"] == "decision.deadline"
+
+
+def test_decide_refuses_a_deadline_that_is_not_positive(workdir: Path) -> None:
+    proc = run("decide", "--policy", str(EXAMPLE), "--deadline", "0", stdin="", cwd=workdir)
+    assert proc.returncode == 2
+    assert "must be a positive number of seconds" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_exec_with_an_argument_that_is_not_utf8_is_denied_not_a_traceback(tmp_path: Path) -> None:
+    builder = EXAMPLE.parent / "builder.yaml"
+    proc = subprocess.run([*CLI, "exec", "--policy", str(builder), "--tool", "builder",
+                           "--audit", "a.db", "--", "cat", b"/root/.ssh/\xff"],
+                          capture_output=True, cwd=tmp_path, timeout=60, check=False)
+    assert b"Traceback" not in proc.stderr
+    assert proc.returncode == 126
+    assert b"deny" in proc.stderr
+    assert audited_decisions(tmp_path / "a.db")

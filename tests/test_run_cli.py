@@ -117,3 +117,26 @@ def test_a_policy_that_does_not_load_exits_2(tmp_path: Path) -> None:
         input="", capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert "nope" in done.stderr
+
+
+def test_a_line_nested_too_deep_is_denied_and_the_next_line_still_runs(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("hello")
+    deep = 100_000
+    read = {"tool": "read", "tool_class": "file", "action": "read",
+            "parameters": {"path": "a.txt"}}
+    lines = run(tmp_path, [read, '{"tool": "read", "parameters": {"x": ' + "[" * deep
+                           + "]" * deep + "}}", read], "--audit", str(tmp_path / "a.db"))
+    assert [line["line"] for line in lines] == [1, 2, 3]
+    assert [line["verdict"] for line in lines] == ["allow", "deny", "allow"]
+    assert lines[1]["reasons"][0]["id"] == "input.too-deep"
+    assert lines[2]["status"] == "ok"
+
+
+def test_an_allowed_call_without_an_executor_is_an_error_line(tmp_path: Path) -> None:
+    lines = run(tmp_path, [{"tool": "q", "tool_class": "database", "action": "query",
+                            "parameters": {"database": "x", "query": "select 1"}}],
+                policy=POLICY.replace("    - tool_class: http\n",
+                                      "    - tool_class: database\n    - tool_class: http\n"))
+    assert lines[0]["verdict"] == "allow"
+    assert lines[0]["status"] == "error"
+    assert lines[0]["error"].startswith("executor.missing")

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from callgate._behaviour import call_args
+from callgate._cliutil import MAX_JSON_DEPTH, too_deep_at
 from callgate._errors import CallgateError, Problem, TraceError
 from callgate._loader import load_policy
 from callgate._model import Event, ToolCall
@@ -37,7 +38,12 @@ def behavior_of(path: str) -> tuple[Policy, BehaviorSet]:
 
 
 def trace_events(path: str) -> list[Event]:
-    """Events of a JSONL trace: raw tool calls are abstracted (shell commands parsed)."""
+    """Events of a JSONL trace: raw tool calls are abstracted (shell commands parsed).
+
+    Lines nested deeper than ``MAX_JSON_DEPTH`` are reported (each with its line) before any
+    line is parsed, so that no line can exhaust the parser's recursion.
+    """
+    _check_nesting(path)
     try:
         from callgate.abstraction import load_raw_trace
     except ImportError:  # without the abstraction extra only typed events are understood
@@ -45,6 +51,22 @@ def trace_events(path: str) -> list[Event]:
 
         return load_trace(path)
     return load_raw_trace(path)
+
+
+def _check_nesting(path: str) -> None:
+    problems = []
+    try:
+        with open(path, "rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                column = too_deep_at(line.decode("utf-8", "replace"), MAX_JSON_DEPTH)
+                if column is not None:
+                    problems.append(Problem(
+                        f"nests deeper than {MAX_JSON_DEPTH} levels (at column {column})",
+                        source=path, line=number))
+    except OSError:
+        return  # the trace loader reports an unreadable file
+    if problems:
+        raise TraceError(problems)
 
 
 def audit_events(db: str, run_id: str, policy: Policy) -> list[Event]:
@@ -124,7 +146,8 @@ def check_command(policy_path: str | None, trace: str | None, db: str | None,
                   run_id: str | None, as_json: bool, engine: str, show_signature: bool) -> None:
     """Judge a recorded TRACE (or --db/--run) against a policy's behaviour statements.
 
-    Exit status: 0 safe, 1 unsafe (an undecided statement counts as unsafe), 2 error.
+    Exit status: 0 safe, 1 unsafe (an undecided statement counts as unsafe), 2 error (a
+    malformed trace, naming each bad line, or an internal error: never a verdict).
     """
     try:
         if (trace is None) == (db is None) or (db is not None and run_id is None):
@@ -147,6 +170,9 @@ def check_command(policy_path: str | None, trace: str | None, db: str | None,
         violations = behavior.check_trace(events, engine=engine)  # type: ignore[arg-type]
     except CallgateError as exc:
         click.echo(f"error: {exc}", err=True)
+        raise click.exceptions.Exit(2) from exc
+    except (RecursionError, ValueError, OSError) as exc:  # no verdict is given on a failure
+        click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
         raise click.exceptions.Exit(2) from exc
     click.echo(report(violations, events, statements=len(behavior), as_json=as_json))
     raise click.exceptions.Exit(1 if violations else 0)

@@ -1,19 +1,37 @@
-"""Helpers shared by the command-line modules: policy loading, decision JSON, JSON lines."""
+"""Helpers shared by the command-line modules: policy loading, decision JSON, JSON lines.
+
+Input lines are read as bytes with bounds, so that no line can stop the ones after it: a line
+longer than ``MAX_LINE_BYTES`` is skipped without being held whole, one that is not UTF-8 or not
+JSON is reported, and nesting deeper than ``MAX_JSON_DEPTH`` is found by a scan of the text
+before the (recursive) JSON parser sees it.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
-from collections.abc import Iterator
-from typing import Any, TextIO
+from collections.abc import Callable, Iterator
+from typing import IO, Any, TypeVar
 
 import click
 
 from callgate._behaviour import compile_for
 from callgate._errors import CallgateError, PolicyError, TemporalError
+from callgate._kernel import DEFAULT_DECISION_DEADLINE_S, Kernel
 from callgate._loader import LoadedPolicy, load_policy
-from callgate._model import Decision
+from callgate._model import Decision, Reason
 from callgate.presets import load_preset
+
+#: Longest input line, in bytes; a longer one is denied (``input.too-large``) unread.
+MAX_LINE_BYTES = 8 << 20
+#: Deepest nesting of arrays and objects in an input line (``input.too-deep`` beyond it). The
+#: kernel's own bound on parameters is lower; this one keeps the parser from recursing.
+MAX_JSON_DEPTH = 64
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+# A JSON string (escapes included) or one bracket: what the nesting scan looks at.
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -50,17 +68,80 @@ def decision_json(decision: Decision) -> dict[str, Any]:
     return out
 
 
-def read_json_lines(stream: TextIO) -> Iterator[tuple[int, dict[str, Any] | str]]:
-    """Each non-blank line as (line number, object) or (line number, error message)."""
-    for number, line in enumerate(stream, start=1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield number, f"line {number}: not JSON ({exc.msg} at column {exc.colno})"
-            continue
-        if not isinstance(value, dict):
-            yield number, f"line {number}: a call must be a JSON object"
-            continue
-        yield number, value
+def deadline_option(command: _F) -> _F:
+    """The ``--deadline SECONDS`` option: how long one decision may take before it is a deny."""
+    return click.option(
+        "--deadline", "deadline", type=float, default=DEFAULT_DECISION_DEADLINE_S,
+        show_default=True, help="Seconds a decision may take; past it the call is denied.",
+    )(command)
+
+
+def decide_unreadable(kernel: Kernel, reason: Reason) -> Decision:
+    """An input line that is not a call: an audited deny, with the line's own reason first."""
+    decision = kernel.check({"tool": "<unparsed>", "parameters": {"error": reason.message}})
+    return Decision(verdict="deny", call_id=decision.call_id,
+                    reasons=(reason, *decision.reasons))
+
+
+def read_json_lines(stream: IO[bytes]) -> Iterator[tuple[int, dict[str, Any] | Reason]]:
+    """Each non-blank line as (line number, object) or (line number, why it is not a call)."""
+    number = 0
+    while line := stream.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            _skip_line(stream)
+            yield number, _bad("input.too-large", number,
+                               f"longer than {MAX_LINE_BYTES} bytes; not read")
+        elif line.strip():
+            yield number, parse_line(line, number)
+
+
+def parse_line(line: bytes, number: int) -> dict[str, Any] | Reason:
+    """One input line as a call object, or the reason it is not one (naming the line)."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _bad("input.not-utf8", number,
+                    f"not UTF-8 (byte {line[exc.start]:#04x} at offset {exc.start})")
+    deep_at = too_deep_at(text, MAX_JSON_DEPTH)
+    if deep_at is not None:
+        return _bad("input.too-deep", number,
+                    f"nests deeper than {MAX_JSON_DEPTH} levels (at column {deep_at})")
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        return _bad("input.not-json", number, f"not JSON ({exc.msg} at column {exc.colno})")
+    except (ValueError, RecursionError) as exc:  # NaN/Infinity, an integer too long to read
+        return _bad("input.not-json", number, f"not JSON ({exc})")
+    if not isinstance(value, dict):
+        return _bad("input.not-json", number, "a call must be a JSON object")
+    return value
+
+
+def too_deep_at(text: str, limit: int) -> int | None:
+    """The column where ``text`` (JSON) nests deeper than ``limit``, or None; never recurses."""
+    if text.count("[") + text.count("{") <= limit:
+        return None
+    depth = 0
+    for token in _TOKENS.finditer(text):
+        first = token.group()[0]
+        if first in "[{":
+            depth += 1
+            if depth > limit:
+                return token.start() + 1
+        elif first in "]}":
+            depth -= 1
+    return None
+
+
+def _skip_line(stream: IO[bytes]) -> None:
+    while (chunk := stream.readline(1 << 20)) and not chunk.endswith(b"\n"):
+        pass
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _bad(reason_id: str, number: int, message: str) -> Reason:
+    return Reason(id=reason_id, check="validate", message=f"line {number}: {message}")

@@ -1,7 +1,9 @@
 """The ``callgate`` command line: a thin layer over the public API.
 
 Exit codes: 0 done (whatever the verdicts), 1 a check failed (broken audit chain, unsafe trace),
-2 bad input (a policy that does not load, an unreadable file).
+2 bad input (a policy that does not load, an unreadable file). A line of input that is not a
+call (not UTF-8, not JSON, nested too deep, too long) is one denied, audited decision; the lines
+after it are decided as usual.
 """
 
 from __future__ import annotations
@@ -13,9 +15,17 @@ from typing import Any
 import click
 
 from callgate._check import check_command
-from callgate._cliutil import decision_json, fail, load_cli_policy, read_json_lines
+from callgate._cliutil import (
+    deadline_option,
+    decide_unreadable,
+    decision_json,
+    fail,
+    load_cli_policy,
+    read_json_lines,
+)
 from callgate._errors import CallgateError, Denied
 from callgate._kernel import Kernel
+from callgate._model import Reason
 from callgate.audit.cli import audit_group
 from callgate.manifest.cli import lint_tools_command, manifest_group
 from callgate.presets import preset_names
@@ -38,24 +48,21 @@ _preset_option = click.option("--preset", type=click.Choice(preset_names()),
 @_preset_option
 @click.option("--audit", "audit_db", type=click.Path(dir_okay=False), help="SQLite audit log.")
 @click.option("--working-dir", type=click.Path(file_okay=False), default=None)
+@deadline_option
 def decide(policy: str | None, preset: str | None, audit_db: str | None,
-           working_dir: str | None) -> None:
+           working_dir: str | None, deadline: float) -> None:
     """Decide tool calls read as JSON lines on stdin (one run, in order)."""
     loaded = load_cli_policy(policy, preset)
     try:
-        kernel = Kernel(loaded, audit=audit_db, working_dir=working_dir)
+        kernel = Kernel(loaded, audit=audit_db, working_dir=working_dir,
+                        decision_deadline_s=deadline)
     except CallgateError as exc:
         fail(f"error: {exc}")
     with kernel:
-        for _, item in read_json_lines(sys.stdin):
-            if isinstance(item, str):
-                decision = kernel.check({"tool": "<unparsed>", "parameters": {"error": item}})
-                out = decision_json(decision)
-                out["reasons"].insert(0, {"id": "input.not-json", "check": "validate",
-                                          "message": item})
-            else:
-                out = decision_json(kernel.check(item))
-            click.echo(json.dumps(out, sort_keys=True))
+        for _, item in read_json_lines(sys.stdin.buffer):
+            decision = decide_unreadable(kernel, item) if isinstance(item, Reason) else \
+                kernel.check(item)
+            click.echo(json.dumps(decision_json(decision), sort_keys=True))
 
 
 @main.command("exec", context_settings={"ignore_unknown_options": True})
@@ -66,9 +73,10 @@ def decide(policy: str | None, preset: str | None, audit_db: str | None,
 @click.option("--backend", type=click.Choice(["auto", "bwrap", "firejail"]), default="auto")
 @click.option("--unconfined", is_flag=True,
               help="Run without an OS sandbox when none is usable (warned about on every run).")
+@deadline_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_(policy: str | None, preset: str | None, tool: str, audit_db: str | None, backend: str,
-          unconfined: bool, command: tuple[str, ...]) -> None:
+          unconfined: bool, deadline: float, command: tuple[str, ...]) -> None:
     """Run COMMAND as a declared subprocess tool, through the kernel and its OS sandbox.
 
     The tool's output passes through; the exit status is the command's, or 126 when the kernel
@@ -76,7 +84,7 @@ def exec_(policy: str | None, preset: str | None, tool: str, audit_db: str | Non
     """
     loaded = load_cli_policy(policy, preset)
     try:
-        kernel = Kernel(loaded, audit=audit_db)
+        kernel = Kernel(loaded, audit=audit_db, decision_deadline_s=deadline)
     except CallgateError as exc:
         fail(f"error: {exc}")
     with kernel:

@@ -11,8 +11,11 @@ and its ``executors:`` section. One JSON line is printed per call::
 ``output`` is bounded: when its JSON text is longer than ``MAX_OUTPUT_CHARS`` (4096) it is
 replaced by the first 4096 characters of that text and ``"truncated": true`` is added. A call
 stopped while running (by the sandbox or an executor's own protection) is a deny with the
-executor's reason and whatever output it produced. The exit status is 0 whatever the
-verdicts; 2 for a policy that does not load or a state file that cannot be opened.
+executor's reason and whatever output it produced. An allowed call that could not complete
+(no executor for its class, a result the audit log could not record) has status ``error``
+and no output. A line that is not a call (not UTF-8, not JSON, nested too deep, too long) is
+a denied, audited line, and the lines after it run as usual. The exit status is 0 whatever
+the verdicts; 2 for a policy that does not load or a state file that cannot be opened.
 """
 
 from __future__ import annotations
@@ -24,9 +27,16 @@ from typing import Any
 
 import click
 
-from callgate._cliutil import decision_json, load_cli_policy, read_json_lines
+from callgate._cliutil import (
+    deadline_option,
+    decide_unreadable,
+    decision_json,
+    load_cli_policy,
+    read_json_lines,
+)
 from callgate._errors import CallgateError
 from callgate._kernel import Kernel
+from callgate._model import Reason
 from callgate.executors.wiring import build_executors
 from callgate.presets import preset_names
 
@@ -36,7 +46,10 @@ MAX_OUTPUT_CHARS = 4096
 
 def bounded(output: Any) -> tuple[Any, bool]:
     """``output`` as printed, and whether it was cut to ``MAX_OUTPUT_CHARS``."""
-    text = json.dumps(output, sort_keys=True, default=str)
+    try:
+        text = json.dumps(output, sort_keys=True, default=str)
+    except (ValueError, RecursionError) as exc:  # too deep, or a cycle: shown as a note
+        return f"<output not printable as JSON: {type(exc).__name__}>", True
     if len(text) <= MAX_OUTPUT_CHARS:
         return output, False
     return text[:MAX_OUTPUT_CHARS], True
@@ -54,19 +67,12 @@ def _line(number: int, verdict: str, reasons: list[Any], status: str, output: An
     return json.dumps(out, sort_keys=True, default=str)
 
 
-def run_one(kernel: Kernel, number: int, item: dict[str, Any] | str) -> str:
+def run_one(kernel: Kernel, number: int, item: dict[str, Any] | Reason) -> str:
     """Decide and execute one call read from the input; the JSON line to print."""
-    if isinstance(item, str):
-        decision = kernel.check({"tool": "<unparsed>", "parameters": {"error": item}})
-        body = decision_json(decision)
-        reasons = [{"id": "input.not-json", "check": "validate", "message": item},
-                   *body["reasons"]]
-        return _line(number, "deny", reasons, "denied", None, item)
-    try:
-        decision, result = kernel.mediate(item)
-    except CallgateError as exc:
-        # Allowed, but nothing can run it (no executor for its class): an error, not a deny.
-        return _line(number, "allow", [], "error", None, f"executor.missing: {exc}")
+    if isinstance(item, Reason):
+        reasons = decision_json(decide_unreadable(kernel, item))["reasons"]
+        return _line(number, "deny", reasons, "denied", None, item.message)
+    decision, result = kernel.mediate(item)  # never raises: errors are denies or error results
     reasons = decision_json(decision)["reasons"]
     if decision.verdict != "allow":
         output = result.output if result is not None else None
@@ -84,19 +90,21 @@ def run_one(kernel: Kernel, number: int, item: dict[str, Any] | str) -> str:
               help="SQLite file where the guards keep fingerprints across runs.")
 @click.option("--working-dir", type=click.Path(file_okay=False), default=None,
               help="Working directory of the run (default: the policy's, then the current).")
+@deadline_option
 def run_command(policy: str | None, preset: str | None, audit_db: str | None,
-                state: str | None, working_dir: str | None) -> None:
+                state: str | None, working_dir: str | None, deadline: float) -> None:
     """Execute tool calls read as JSON lines on stdin through the kernel and its executors."""
     loaded = load_cli_policy(policy, preset)
     wd = os.path.realpath(working_dir or loaded.policy.working_dir or os.getcwd())
     try:
         executors = build_executors(loaded.policy, working_dir=wd)
-        kernel = Kernel(loaded, audit=audit_db, working_dir=wd, guard_state=state)
+        kernel = Kernel(loaded, audit=audit_db, working_dir=wd, guard_state=state,
+                        decision_deadline_s=deadline)
     except CallgateError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     with kernel:
         for key, executor in executors.items():
             kernel.register_executor(key, executor)
-        for number, item in read_json_lines(sys.stdin):
+        for number, item in read_json_lines(sys.stdin.buffer):
             click.echo(run_one(kernel, number, item))
