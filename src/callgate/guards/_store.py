@@ -4,7 +4,8 @@ A fingerprint is the set of hashes of every ``window``-byte slice of a text's UT
 (whitespace removed, so a key split over lines still matches), or the hash of the whole text
 when it is shorter than a window. A later string matches when any of its slices hashes to a
 stored value: a few characters of a secret are enough, and re-wrapping or cutting it up does
-not hide it.
+not hide it. The text is also remembered reversed, ROT13-ed and both, so content turned before
+it is encoded (``base64(rev(x))``) matches once the encoding is undone (see ``_decode``).
 
 Each slice is stored as a 64-bit BLAKE2b digest plus a CRC-32 probe: a scan computes the cheap
 probe for every slice and the digest only where a probe hits (about half a second per megabyte
@@ -28,11 +29,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from callgate._errors import CallgateError
+from callgate.guards._decode import rot13
 
 log = logging.getLogger("callgate.guards")
 
-#: Characters scanned per call; beyond this a call is judged on its first part (see docs).
-MAX_SCAN_CHARS = 1 << 20
+#: Characters scanned per call, decoded forms included; the guards deny a call whose forms
+#: are longer (``guard.secrets.budget``, ``guard.relay.budget``) rather than scan part of it.
+MAX_SCAN_CHARS = 1 << 24
 #: Shortest value remembered on its own (shorter values match too much ordinary text).
 MIN_VALUE_CHARS = 6
 
@@ -60,6 +63,12 @@ def _bytes(text: str) -> bytes:
 def compact(text: str) -> str:
     """``text`` without whitespace: the form both stored and compared."""
     return _SPACE.sub("", text)
+
+
+def _turned(text: str) -> tuple[str, ...]:
+    """``text``, reversed, ROT13-ed, and both."""
+    rotated = rot13(text)
+    return (text, text[::-1], rotated, rotated[::-1])
 
 
 class FingerprintStore:
@@ -105,12 +114,14 @@ class FingerprintStore:
         return sum(len(d) for d in self._hashes.get(kind, {}).values())
 
     def add(self, kind: str, text: str, origin: str) -> int:
-        """Remember ``text`` under ``kind``; returns how many new digests were stored."""
-        body = _bytes(compact(text))
-        if len(body) < MIN_VALUE_CHARS:
+        """Remember ``text`` under ``kind``, also reversed, ROT13-ed and both (the forms an
+        agent hides content in before encoding it); returns how many new digests were stored."""
+        plain = compact(text)
+        bodies = [_bytes(t) for t in _turned(plain)]
+        if len(bodies[0]) < MIN_VALUE_CHARS:
             return 0
-        length = min(len(body), self.window)
-        pieces = {body[i:i + length] for i in range(len(body) - length + 1)}
+        length = min(len(bodies[0]), self.window)
+        pieces = {body[i:i + length] for body in bodies for i in range(len(body) - length + 1)}
         table = self._hashes.setdefault(kind, {}).setdefault(length, {})
         probes = self._probes.setdefault(kind, {}).setdefault(length, set())
         fresh = [(_digest(p), zlib.crc32(p), origin) for p in pieces]
@@ -126,9 +137,15 @@ class FingerprintStore:
         if self._db is None or not rows:
             return
         try:
-            self._db.executemany(
-                "INSERT OR IGNORE INTO fingerprints (kind, length, digest, probe, origin) "
-                "VALUES (?, ?, ?, ?, ?)", [(kind, length, d, p, o) for d, p, o in rows])
+            self._db.execute("BEGIN")  # one transaction (one sync) per text, not per slice
+            try:
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO fingerprints (kind, length, digest, probe, origin) "
+                    "VALUES (?, ?, ?, ?, ?)", [(kind, length, d, p, o) for d, p, o in rows])
+            except sqlite3.Error:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             # Guards observe after a call ran and must not raise there; a store that cannot
             # persist makes every later check deny instead (fail closed).

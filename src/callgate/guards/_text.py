@@ -1,28 +1,21 @@
-"""Text helpers shared by the content guards: walking parameters, entropy, decoding, shapes.
+"""Text helpers shared by the content guards: walking parameters, entropy, shapes.
 
 Everything here is pure. The guards look at what a call carries, so the first job is to see the
-same bytes an attacker could smuggle out: every string in the parameters (keys included), and
-the forms those strings decode to (URL escapes, hex and base64 runs).
+same bytes an attacker could smuggle out: every string in the parameters (keys included); the
+forms those strings decode to are ``_decode``'s.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 import math
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import unquote_plus
 
 #: How deep parameters are walked; the kernel refuses deeper nesting before guards run.
 MAX_DEPTH = 40
-#: Hex and base64 runs are decoded from the length a 6-character value (the shortest value
-#: fingerprinted on its own) encodes to.
-_HEX_RUN = re.compile(r"(?:[0-9a-fA-F]{2}){6,}")
-_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}")
 _HEX_ONLY = re.compile(r"^[0-9a-fA-F]+$")
 _B64_ONLY = re.compile(r"^[A-Za-z0-9+/_-]+={0,2}$")
 
@@ -98,45 +91,6 @@ def looks_encoded(text: str, *, min_len: int) -> bool:
 
 #: Strings up to this length have their analyses cached: a run repeats the same values often.
 CACHED_CHARS = 1024
-
-
-def decoded_forms(text: str) -> list[str]:
-    """``text`` and what it decodes to: URL escapes, and each long hex or base64 run."""
-    if len(text) <= CACHED_CHARS:
-        return list(_decoded_cached(text))
-    return _decoded(text)
-
-
-@functools.lru_cache(maxsize=4096)
-def _decoded_cached(text: str) -> tuple[str, ...]:
-    return tuple(_decoded(text))
-
-
-def _decoded(text: str) -> list[str]:
-    forms = [text]
-    unquoted = unquote_plus(text)
-    if unquoted != text:
-        forms.append(unquoted)
-    for source in list(forms):
-        for run in _HEX_RUN.findall(source):
-            forms.append(bytes.fromhex(run).decode("utf-8", "replace"))
-        for run in _B64_RUN.findall(source):
-            decoded = _b64(run)
-            if decoded is not None:
-                forms.append(decoded)
-    return forms
-
-
-def _b64(run: str) -> str | None:
-    padded = run.rstrip("=")
-    padded += "=" * (-len(padded) % 4)
-    try:
-        raw = base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    text = raw.decode("utf-8", "replace")
-    printable = sum(1 for c in text if c.isprintable() or c in "\n\r\t")
-    return text if text and printable / len(text) > 0.9 else None
 
 
 def key_shapes(text: str) -> list[tuple[str, str]]:

@@ -6,8 +6,8 @@ parts of what came back: credential shapes (PEM private keys, AWS keys, tokens),
 ``NAME=value`` lines named like secrets, and long high-entropy tokens (the whole text, line by
 line, when none of those is found). Credential shapes are fingerprinted wherever they are read.
 Any later call that sends data anywhere (HTTP, shell, a database write, a file write, any other
-class) and carries a fingerprint, directly or hex-, base64- or URL-encoded, is denied; so is one
-that carries a credential shape outright.
+class) and carries a fingerprint, directly or encoded (hex, base64, URL and backslash escapes,
+reversed or ROT13-ed; see ``_decode``), is denied; so is one that carries a credential shape.
 
 **Provenance.** Content written (to a database, a file, any write action) while the run carries
 untrusted taint (web, rag, email) is fingerprinted as *planted*. A later shell command, or an
@@ -24,9 +24,9 @@ from urllib.parse import urlsplit
 
 from callgate._model import UNTRUSTED_SOURCES, Reason, ToolCall, ToolResult
 from callgate._sensitive import SENSITIVE_PATH
-from callgate.guards._store import FingerprintStore
+from callgate.guards._decode import Forms, decode_all
+from callgate.guards._store import MAX_SCAN_CHARS, FingerprintStore
 from callgate.guards._text import (
-    decoded_forms,
     high_entropy_tokens,
     key_shapes,
     secret_assignments,
@@ -65,12 +65,14 @@ def _is_sensitive(call: ToolCall) -> bool:
     return any(SENSITIVE_PATH.search(s) for s in walk_strings(call.parameters))
 
 
-def _outbound_strings(call: ToolCall) -> list[str]:
+def _outbound_strings(call: ToolCall) -> Forms:
     """Every parameter string, with its decoded forms."""
-    out: list[str] = []
-    for text in walk_strings(call.parameters):
-        out.extend(decoded_forms(text))
-    return out
+    return decode_all(walk_strings(call.parameters), max_chars=MAX_SCAN_CHARS)
+
+
+def _over_budget(guard: str) -> Reason:
+    return _reason(guard, "budget", "the call's parameters decode to more forms than the guard "
+                                    "checks; it is refused rather than checked in part")
 
 
 class SecretsGuard:
@@ -88,12 +90,14 @@ class SecretsGuard:
             return _reason("secrets", "state", self.store.broken)
         if (call.tool_class, call.action) in INWARD_ACTIONS:
             return None
-        texts = _outbound_strings(call)
-        origin = self.store.find("secret", texts)
+        forms = _outbound_strings(call)
+        if not forms.complete:
+            return _over_budget("secrets")
+        origin = self.store.find("secret", forms.texts)
         if origin is not None:
             return _reason("secrets", "fingerprint",
                            f"the call carries content of a secret read earlier ({origin})")
-        for text in texts:
+        for text in forms.texts:
             shapes = key_shapes(text)
             if shapes:
                 return _reason("secrets", "key-shape",
@@ -123,19 +127,18 @@ def _planted_texts(call: ToolCall) -> Iterable[str]:
                 yield text
 
 
-def _relay_surface(call: ToolCall) -> list[str]:
-    """The strings a relay could travel in: all of a shell call; an HTTP call's query,
-    headers and body (its scheme, host and path name a place the agent may link to)."""
+def _relay_surface(call: ToolCall) -> Forms:
+    """The strings a relay could travel in, decoded: all of a shell call; an HTTP call's
+    query, headers and body (its scheme, host and path name a place the agent may link to)."""
     if call.tool_class != "http":
         return _outbound_strings(call)
     texts: list[str] = []
     for key, value in call.parameters.items():
         if key == "url" and isinstance(value, str):
-            texts.extend(decoded_forms(urlsplit(value).query))
+            texts.append(urlsplit(value).query)
         else:
-            for text in walk_strings(value):
-                texts.extend(decoded_forms(text))
-    return texts
+            texts.extend(walk_strings(value))
+    return decode_all(texts, max_chars=MAX_SCAN_CHARS)
 
 
 class ProvenanceGuard:
@@ -157,7 +160,10 @@ class ProvenanceGuard:
             return _reason("relay", "state", self.store.broken)
         if call.tool_class not in self.checked_classes:
             return None
-        origin = self.store.find("planted", _relay_surface(call))
+        forms = _relay_surface(call)
+        if not forms.complete:
+            return _over_budget("relay")
+        origin = self.store.find("planted", forms.texts)
         if origin is None:
             return None
         return _reason("relay", "planted",
