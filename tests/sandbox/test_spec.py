@@ -298,3 +298,10 @@ def test_a_symlink_that_stays_inside_the_working_directory_is_fine(tmp_path: Pat
 
 def test_tilde_user_is_a_relative_name_as_in_the_path_gate(tmp_path: Path):
     assert literal_root("~nobody/x/**", str(tmp_path)) == str(tmp_path / "~nobody" / "x")
+
+
+def test_a_declared_root_inside_the_runtime_directories_is_not_scanned(tmp_path: Path):
+    # /usr is shown to every tool anyway; declaring it must not exhaust the scan.
+    spec = build_spec(policy(filesystem={"read": ["/usr/**", "./**"]}), working_dir=str(tmp_path),
+                      environ={}, scan_limit=10)
+    assert "/usr" in spec.read_roots

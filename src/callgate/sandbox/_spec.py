@@ -200,6 +200,12 @@ def check_roots(patterns: Iterable[str], working_dir: str, follow: Collection[st
             raise SandboxError(f"sandbox root refused: {problem}")
 
 
+def _scanned(roots: tuple[str, ...], runtime: tuple[str, ...]) -> tuple[str, ...]:
+    """The declared roots the credential scan walks: those a runtime root does not already
+    show to every tool (declaring ``/usr/**`` changes nothing about what ``/usr`` holds)."""
+    return tuple(r for r in roots if not any(is_within(r, rt) for rt in runtime))
+
+
 def build_spec(
     policy: ToolPolicy,
     *,
@@ -229,7 +235,7 @@ def build_spec(
         read_roots=reads,
         write_roots=writes,
         runtime_roots=runtime_present,
-        masked=sensitive_paths(reads + writes, named, scan_limit),
+        masked=sensitive_paths(_scanned(reads + writes, runtime_present), named, scan_limit),
         hidden_shells=hidden_shells(command, named, env, cwd),
         env=env,
         withheld_env=withheld,
