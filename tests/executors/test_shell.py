@@ -159,3 +159,66 @@ def test_scanner_flags_exactly_what_the_parser_treats_as_more_than_a_plain_comma
     if commands:
         cmd = commands[0]
         assert not (cmd.redirects or cmd.piped_from or cmd.dynamic or cmd.assignments)
+
+
+# -- options that make an allowed program run a command ------------------------------------------
+
+WRITABLE = ToolPolicy(filesystem=FilesystemPolicy(read=["./**"], write=["./**"]), network="deny",
+                      environment="deny")
+INJECTED = [
+    {"command": "sed '1e touch pwned' a.txt"},
+    {"command": "sed -n -e 's/alpha/touch pwned/e' a.txt"},
+    {"argv": ["git", "-c", "alias.x=!touch pwned", "x"]},
+    {"command": "git -c core.fsmonitor='touch pwned' status"},
+    {"command": "tar --to-com='touch pwned' -xf a.tar"},
+    {"command": "tar --checkpoint=1 --checkpoint-action=exec='touch pwned' -cf b.tar a.txt"},
+    {"command": "find . -name a.txt -exec touch pwned \\;"},
+    {"argv": ["env", "-S", "touch pwned"]},
+]
+
+
+@needs_sandbox
+@pytest.mark.parametrize("params", INJECTED)
+def test_commands_hidden_in_options_of_allowed_programs_never_run(
+        work: Path, params: dict[str, Any]) -> None:
+    import subprocess
+
+    subprocess.run(["tar", "-cf", str(work / "a.tar"), "-C", str(work), "a.txt"], check=True)
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    ex = shell(work, policy=WRITABLE, allowed_commands=["sed", "git", "tar", "find", "env"],
+               allow_metacharacters=True)
+    result = ex(call(**params))
+    assert result.status == "denied", result
+    assert error_id(result) == "shell.runs-command"
+    assert not (work / "pwned").exists()
+
+
+@needs_sandbox
+def test_benign_options_of_the_same_programs_still_run(work: Path) -> None:
+    ex = shell(work, policy=WRITABLE, allowed_commands=["sed", "tar"])
+    assert ex(call(command="sed -n 2p a.txt")).output["stdout"] == "beta\n"
+    assert ex(call(command="tar -cf b.tar a.txt")).status == "ok"
+    assert (work / "b.tar").exists()
+
+
+@pytest.mark.parametrize("params", [
+    {"command": "xargs cat", "allow": True},
+    {"command": "GIT_SSH_COMMAND='touch pwned' git fetch", "allow": True},
+    {"command": "export GIT_SSH_COMMAND='touch pwned'; git fetch", "allow": True},
+    {"argv": ["timeout", "5", "env", "LD_PRELOAD=/tmp/x.so", "cat", "a.txt"], "allow": True},
+    {"argv": ["git", "-c", "core.pager=touch pwned", "log"], "allow": False},
+    {"command": "bash -c \"sed '1e id' a.txt\"", "allow": True},
+])
+def test_wrappers_environment_and_nested_shells_cannot_hide_a_command(
+        work: Path, params: dict[str, Any]) -> None:
+    allow = params.pop("allow")
+    ex = shell(work, backend="none", allowed_commands=[*ALLOWED, "git", "sed", "xargs", "env",
+                                                       "bash"],
+               allow_metacharacters=allow, allow_interpreters=allow)
+    assert error_id(ex(call(**params))) == "shell.runs-command"
+
+
+def test_an_argv_too_long_to_parse_is_refused_not_run_unchecked(work: Path) -> None:
+    ex = shell(work, backend="none", allowed_commands=["sh"], allow_interpreters=True)
+    result = ex(call(argv=["sh", "-c", "id " + "a" * 200_000]))
+    assert error_id(result) == "shell.unparseable"

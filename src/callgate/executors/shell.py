@@ -17,7 +17,11 @@ Checks, each a denied result with a stable reason id:
   ``allow_interpreters``;
 * ``shell.metacharacter`` - a construct beyond one simple command, unless allowed;
 * ``shell.wrapper`` - a wrapper (``sudo``, ``env``, ``timeout`` …) without
-  ``allow_metacharacters`` (its argv would not be the one that was checked).
+  ``allow_metacharacters`` (its argv would not be the one that was checked);
+* ``shell.runs-command`` - an option, operand, configuration key or environment assignment
+  makes an allowed program run a command its words do not show (``git -c core.pager=…``,
+  ``sed '1e …'``, ``tar --to-command=…``, ``find -exec``, ``xargs``, ``GIT_SSH_COMMAND=…``);
+  the reason names it. No setting lifts this: what such an option runs is not checked at all.
 
 The process runs through ``SubprocessExecutor`` in the sandbox of ``tool_policy``. With no
 declared policy the executor uses ``DEFAULT_SHELL_POLICY``: read the working directory (and the
@@ -29,14 +33,15 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 from collections.abc import Sequence
 from typing import Any
 
 from callgate._model import ToolCall, ToolResult
 from callgate._policy import EnvironmentPolicy, FilesystemPolicy, Limits, ToolPolicy
+from callgate._shellwords import shell_construct
 from callgate.abstraction import ShellCommand, abstract_shell
+from callgate.abstraction._shell import peel
 from callgate.executors._result import Outcome, Refusal, denied, failed, guarded
 from callgate.sandbox import BackendName
 from callgate.sandbox.executor import SubprocessExecutor
@@ -60,13 +65,6 @@ INTERPRETERS = frozenset({
 #: Flags that hand an interpreter a code string.
 CODE_FLAGS = frozenset({"-c", "-e", "-E", "--eval", "--command", "-r", "--exec"})
 _VERSION = re.compile(r"(?:[-.]?\d+(?:\.\d+)*)$")
-#: Characters that mean something to a shell outside quotes (inside double quotes ``$`` and
-#: the backquote still do). Glob characters are not among them: an argv runs without a shell,
-#: so ``*.txt`` stays literal, as the kernel's command check documents.
-_META = frozenset(";&|<>()$`\n\r{}~#")
-_DQ_META = frozenset("$`")
-
-
 def program_name(word: str) -> str:
     """A program's base name without a version suffix: ``/usr/bin/python3.12`` → ``python``."""
     base = word.rsplit("/", 1)[-1]
@@ -81,27 +79,9 @@ def is_interpreter(word: str) -> bool:
 
 
 def unquoted_metacharacter(command: str) -> str | None:
-    """The first character a shell would interpret, outside quotes (or ``$``/backquote inside
-    double quotes), or None."""
-    quote: str | None = None
-    escaped = False
-    for ch in command:
-        if escaped:
-            escaped = False
-        elif quote == "'":
-            quote = None if ch == "'" else quote
-        elif quote == '"':
-            if ch == '"':
-                quote = None
-            elif ch in _DQ_META or ch == "\\":
-                return ch
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "\\":
-            escaped = True
-        elif ch in _META:
-            return ch
-    return None
+    """The first shell construct in ``command`` (the kernel's command check uses the same
+    scanner, ``callgate._shellwords.shell_construct``), or None."""
+    return shell_construct(command)
 
 
 class ShellExecutor:
@@ -165,9 +145,7 @@ class ShellExecutor:
         if broken is not None or not commands:
             raise denied("shell.unparseable", broken or "the command holds no simple command")
         for cmd in commands:
-            self._check_wrappers(cmd)
-            if cmd.words:
-                self._check_words(list(cmd.words))
+            self._check_command(cmd)
         compound = _compound(commands, command)
         if compound is None:
             return list(commands[0].words)
@@ -178,15 +156,22 @@ class ShellExecutor:
 
     def _check_argv(self, argv: list[str]) -> None:
         # An argv runs as is, but a wrapper at its head (sudo, env, timeout, bash -c) runs
-        # another program: read it the way the parser reads a line, and check what it runs.
+        # another program: peel it the way the parser peels a line, and check what it runs.
         self._check_words(argv)
-        for cmd in abstract_shell(shlex.join(argv)):
-            self._check_wrappers(cmd)
-            if cmd.words:
-                self._check_words(list(cmd.words))
+        for cmd in peel(ShellCommand(words=tuple(argv))):
+            if cmd.parse_error is not None:
+                raise denied("shell.unparseable", cmd.parse_error)
+            self._check_command(cmd)
             if cmd.wrappers and not self.allow_metacharacters:
                 raise denied("shell.wrapper", f"wrapper {' '.join(cmd.wrappers)!r} runs "
                              "another program; only a single plain command may run")
+
+    def _check_command(self, cmd: ShellCommand) -> None:
+        if cmd.runs_command is not None:
+            raise denied("shell.runs-command", cmd.runs_command)
+        self._check_wrappers(cmd)
+        if cmd.words:
+            self._check_words(list(cmd.words))
 
     def _check_wrappers(self, cmd: ShellCommand) -> None:
         for wrapper in cmd.wrappers:
