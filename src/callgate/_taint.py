@@ -105,6 +105,8 @@ def _origin_of(call: ToolCall) -> str:
 NETWORK_SOURCE = "web"
 #: How many nested ``eval`` strings are followed before the command is taken to fetch.
 _MAX_EVAL_DEPTH = 4
+#: Command lines up to this length have their analysis cached (agents repeat commands).
+_CACHED_CHARS = 4096
 #: Scripts given inline are read for their effects; script files are not opened.
 _INLINE_ONLY = ScriptContext(resolve=False)
 
@@ -125,8 +127,18 @@ def shell_network_origin(parameters: Mapping[str, Any]) -> str | None:
     return "unknown command"
 
 
-@functools.lru_cache(maxsize=1024)
 def _line_origin(line: str, depth: int = 0) -> str | None:
+    if len(line) <= _CACHED_CHARS:
+        return _line_origin_cached(line, depth)
+    return _analysed_origin(line, depth)
+
+
+@functools.lru_cache(maxsize=1024)
+def _line_origin_cached(line: str, depth: int) -> str | None:
+    return _analysed_origin(line, depth)
+
+
+def _analysed_origin(line: str, depth: int) -> str | None:
     try:
         for cmd in abstract_shell(line):
             origin = _command_origin(cmd, depth)

@@ -44,7 +44,8 @@ BUDGET_FACTOR = 8
 BUDGET_SLACK = 1 << 16
 #: Most strings decoded (in four directions each) while expanding one string.
 MAX_DECODES = 1 << 14
-#: Strings up to this length have their forms cached: a run repeats the same values often.
+#: Strings up to this length have their forms cached (a run repeats the same values often);
+#: of longer ones, the last few.
 CACHED_CHARS = 1024
 
 _SPACE = re.compile(r"\s+")
@@ -79,7 +80,7 @@ def decode(text: str) -> Forms:
     """``text`` and every form it decodes to, within the budget (see the module docstring)."""
     if len(text) <= CACHED_CHARS:
         return _decode_cached(text)
-    return _decode(text)
+    return _decode_long(text)
 
 
 def decode_all(texts: Iterable[str], *, max_chars: int) -> Forms:
@@ -98,6 +99,13 @@ def decode_all(texts: Iterable[str], *, max_chars: int) -> Forms:
 
 @functools.lru_cache(maxsize=4096)
 def _decode_cached(text: str) -> Forms:
+    return _decode(text)
+
+
+@functools.lru_cache(maxsize=4)
+def _decode_long(text: str) -> Forms:
+    # The guards of one call decode the same long strings in turn; a few are kept so they
+    # are decoded once (at most a few times the kernel's 1 MiB parameter cap in memory).
     return _decode(text)
 
 
