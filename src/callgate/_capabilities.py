@@ -58,7 +58,7 @@ def _check_path_constraint(call: ToolCall, c: CapabilityConstraints,
         args = path_arguments(call.parameters, default_intent=intent)
         if not args and call.tool_class == "file":
             return "the grant limits paths but the call names no path"
-        verdict = check_paths(args, allowed, allowed, working_dir, c.follow_symlinks)
+        verdict = check_paths(args, allowed, allowed, working_dir, c.follow_symlinks or ())
     except PathRejected as exc:
         return str(exc)
     return None if verdict is None else verdict.reason

@@ -48,11 +48,12 @@ class CapabilityConstraints(StrictModel):
     allowed_databases: tuple[str, ...] | None = None
     allowed_tables: tuple[str, ...] | None = None
     max_calls_per_minute: _Positive | None = None
-    follow_symlinks: tuple[str, ...] = ()
+    # None, not (): an absent opt-in is an absent constraint ("no constraint" stays detectable).
+    follow_symlinks: tuple[str, ...] | None = None
 
     @model_validator(mode="after")
     def _follow_names_a_root(self) -> CapabilityConstraints:
-        _check_follow(self.follow_symlinks, self.allowed_paths or ())
+        _check_follow(self.follow_symlinks or (), self.allowed_paths or ())
         return self
 
 

@@ -38,7 +38,7 @@ def declared_roots(policy: Policy, working_dir: str) -> Iterator[DeclaredRoot]:
         c = grant.constraints
         for j, pattern in enumerate(c.allowed_paths or ()):
             where: Where = ("principal", "capabilities", i, "constraints", "allowed_paths", j)
-            yield DeclaredRoot(where, pattern, working_dir, c.follow_symlinks)
+            yield DeclaredRoot(where, pattern, working_dir, c.follow_symlinks or ())
     for name, tool in policy.tools.items():
         yield from tool_roots(name, tool, working_dir)
     settings = policy.executors

@@ -134,7 +134,7 @@ def _file_scopes(grants: list[Capability], actions: frozenset[str],
         return []
     for grant in relevant:
         for pattern in grant.constraints.allowed_paths or ():
-            _refuse_escape(pattern, wd, grant.constraints.follow_symlinks)
+            _refuse_escape(pattern, wd, grant.constraints.follow_symlinks or ())
     paths = _union(g.constraints.allowed_paths for g in relevant)
     return None if paths is None else [executor_scope(p) for p in paths]
 
