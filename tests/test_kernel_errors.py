@@ -355,3 +355,34 @@ def test_a_deadline_that_is_not_positive_is_refused(example_policy: LoadedPolicy
 
     with pytest.raises(CallgateError, match="deadline"):
         Kernel(example_policy, decision_deadline_s=bad)
+
+
+def test_an_internal_error_in_issue_token_is_a_counted_denied_request(
+        example_policy: LoadedPolicy, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = workdir / "audit.db"
+    k = Kernel(example_policy, working_dir=workdir, audit=db)
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("monitor down")
+
+    monkeypatch.setattr(k._behaviour, "check", broken)
+    with pytest.raises(Denied) as info:
+        k.issue_token("http", actions=["get"])
+    assert reason_ids(info.value.decision) == ["internal.error"]
+    assert "monitor down" in info.value.decision.reasons[0].message
+    assert k.run_state.counters.denied_capability_requests == 1
+    k.close()
+    assert "system:kernel-error" in kinds_in(db, k.run_id)
+
+
+def test_a_monitor_that_cannot_finish_ends_the_run_with_an_undecided_violation(
+        example_policy: LoadedPolicy, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    k = Kernel(example_policy, working_dir=workdir)
+
+    def broken() -> None:
+        raise RuntimeError("cannot finish")
+
+    monkeypatch.setattr(k._behaviour, "finish", broken)
+    [violation] = k.end_run()
+    assert violation.kind == "unknown"
+    assert "cannot finish" in violation.message
