@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase
 _SED_PLAIN = frozenset("=dDgGhHlLnNpPqQxzF")
 _SED_TO_EOL = frozenset("aic")
 _SED_LABEL = frozenset(":btTv")
-_SED_FILE = {"r": None, "R": None, "w": "writes a file", "W": "writes a file"}
+_SED_FILE = {"r": "reads a file", "R": "reads a file", "w": "writes a file", "W": "writes a file"}
 _SED_FLAGS = frozenset("gpiImM0123456789")
 _AWK_SYSTEM = re.compile(r"\bsystem\b")
 _AWK_LOAD = re.compile(r"@\s*(load|include|namespace)\b")
@@ -150,7 +150,8 @@ def awk_program(label: str, value: str, tables: Tables) -> str | None:
 
 
 def sed_script(label: str, value: str, tables: Tables) -> str | None:
-    """sed scripts, parsed: the ``e`` command and flag run commands, ``w``/``W`` write files."""
+    """sed scripts, parsed: the ``e`` command and flag run commands, ``w``/``W`` (and the ``w``
+    flag) write files, ``r``/``R`` read files: what ``sed --sandbox`` refuses."""
     try:
         return _SedScan(value, label).run()
     except _UnreadableError as exc:
@@ -243,9 +244,7 @@ class _SedScan:
         if char == "e":
             return f"{self.label} script command 'e' runs a command"
         if char in _SED_FILE:
-            says = _SED_FILE[char]
-            self._to_eol()
-            return None if says is None else f"{self.label} script command {char!r} {says}"
+            return f"{self.label} script command {char!r} {_SED_FILE[char]}"
         if char == "s":
             return self._substitute()
         if char == "y":
@@ -287,7 +286,10 @@ class _SedScan:
             self.i += 1
 
     def _label(self) -> None:
-        while self.i < len(self.text) and self.text[self.i] not in ";\n":
+        # sed ends a label at ';' or a newline, GNU sed also at blanks; ending it at the first
+        # of any of them (and '}') reads at least every command sed reads.
+        self._skip(" \t")
+        while self.i < len(self.text) and self.text[self.i] not in "; \t\n}":
             self.i += 1
 
 

@@ -1,0 +1,212 @@
+"""Options that run commands: every catalog entry, in every spelling, is refused naming it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from callgate.abstraction._catalog import OptionSpec, ProgramSpec, default_catalog
+from callgate.abstraction._runners import (
+    OptionRule,
+    RunRules,
+    default_runners,
+    runs_command,
+    runs_environment,
+)
+from callgate.abstraction._shell import ShellCommand, peel
+
+RUNNERS = default_runners()
+CATALOG = default_catalog()
+#: A value each value check refuses.
+TRIGGER = {
+    None: "x",
+    "git-config": "core.fsmonitor=touch pwned",
+    "ssh-option": "ProxyCommand=touch pwned",
+    "sed-script": "1e touch pwned",
+    "awk-program": 'BEGIN { system("touch pwned") }',
+    "client-script": "\\! touch pwned",
+    "remote-archive": "host:a.tar",
+    "with-value": "/tmp/x",
+}
+
+
+def _entries() -> Iterator[tuple[tuple[str, ...], OptionRule, ProgramSpec]]:
+    """(program and subcommand words, rule, spec) for every option rule of the catalog."""
+
+    def walk(path: tuple[str, ...], rules: RunRules,
+             spec: ProgramSpec) -> Iterator[tuple[tuple[str, ...], OptionRule, ProgramSpec]]:
+        for rule in rules.options.values():
+            yield path, rule, spec
+        for name, sub in rules.subcommands.items():
+            inner = spec.subcommands.get(name) or ProgramSpec(name=spec.name, options=spec.options)
+            yield from walk((*path, name), sub, inner)
+
+    for program, rules in RUNNERS.programs.items():
+        _, spec = CATALOG.program(program)
+        yield from walk((program,), rules, spec or ProgramSpec(name=program))
+
+
+ENTRIES = sorted(_entries(), key=lambda e: (e[0], e[1].name))
+
+
+def _value(rule: OptionRule) -> str:
+    if rule.check == "prefix":
+        return rule.prefixes[0] + "=touch pwned"
+    return TRIGGER[rule.check]
+
+
+def _spellings(rule: OptionRule, spec: ProgramSpec, value: str, cut: int) -> list[list[str]]:
+    """The ways a command line can give ``rule`` with ``value``."""
+    name = rule.name
+    if not rule.takes_value and rule.check != "with-value":
+        forms = [[name]]
+    elif rule.check == "with-value":
+        forms = [[f"{name}={value}"]]
+    else:
+        forms = [[name, value]]
+        if name.startswith("--") or (spec.single_dash_long and len(name) > 2):
+            forms.append([f"{name}={value}"])
+        elif len(name) == 2:
+            forms.append([name + value])
+    if name.startswith("--") and not spec.single_dash_long:
+        short = name[: max(3, len(name) - cut)]
+        if short not in spec.options:
+            forms += [[short + form[0][len(name):], *form[1:]] for form in forms]
+    flag = next((f for f, o in spec.options.items() if len(f) == 2 and f[0] == "-"
+                 and f[1].isalpha() and not o.takes_value and not o.attached), None)
+    if len(name) == 2 and flag is not None and not spec.single_dash_long:
+        forms += [[flag + form[0][1:], *form[1:]] for form in forms if form[0].startswith(name)]
+    return forms
+
+
+@settings(max_examples=300, deadline=None)
+@given(entry=st.sampled_from(ENTRIES), cut=st.integers(0, 20))
+def test_every_catalog_entry_in_every_spelling_is_refused_naming_it(
+    entry: tuple[tuple[str, ...], OptionRule, ProgramSpec], cut: int
+) -> None:
+    path, rule, spec = entry
+    for form in _spellings(rule, spec, _value(rule), cut):
+        words = [*path, *form, "operand"]
+        reason = runs_command(words)
+        assert reason is not None, words
+        written = form[0].partition("=")[0]  # an abbreviation names what it abbreviates
+        assert reason.startswith(path[0]), reason
+        assert rule.name in reason or written in reason or rule.check in (
+            "git-config", "ssh-option"), reason
+
+
+def test_every_entry_is_generated() -> None:
+    assert len(ENTRIES) > 80
+    assert {p[0] for p, _, _ in ENTRIES} >= {"git", "sed", "tar", "find", "rsync", "ssh", "less",
+                                             "vim", "awk", "env", "zip", "wget", "nc"}
+
+
+_SUBSECTION = st.text("abcXYZ.-_", min_size=1, max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pattern=st.sampled_from(sorted(RUNNERS.tables.git_keys)), sub=_SUBSECTION,
+       upper=st.lists(st.booleans(), min_size=60, max_size=60),
+       how=st.sampled_from(["-c", "clone", "config"]))
+def test_every_git_key_that_runs_a_command_is_refused_in_any_case(
+    pattern: str, sub: str, upper: list[bool], how: str
+) -> None:
+    key = pattern.replace("*", sub)
+    flags = upper + [False] * len(key)
+    key = "".join(c.upper() if flags[i] else c for i, c in enumerate(key))
+    words = {
+        "-c": ["git", "-c", f"{key}=touch pwned", "status"],
+        "clone": ["git", "clone", "-c", f"{key}=touch pwned", "https://example.invalid/r"],
+        "config": ["git", "config", key, "touch pwned"],
+    }[how]
+    reason = runs_command(words)
+    assert reason is not None and key.lower() in reason
+
+
+@settings(max_examples=100, deadline=None)
+@given(key=st.sampled_from(sorted(RUNNERS.tables.ssh_options)), upper=st.booleans(),
+       form=st.integers(0, 3), program=st.sampled_from(["ssh", "scp", "sftp"]))
+def test_every_ssh_option_that_runs_a_command_is_refused_in_every_form(
+    key: str, upper: bool, form: int, program: str
+) -> None:
+    shown = key.upper() if upper else key
+    option = [["-o", f"{shown}=x"], [f"-o{shown}=x"], ["-o", f"{shown} x"], ["-4o", f"{shown}=x"]]
+    reason = runs_command([program, *option[form], "host"])
+    assert reason is not None and shown in reason
+
+
+@given(pattern=st.sampled_from(sorted(RUNNERS.environment)), tail=st.text("AB_1", max_size=4))
+def test_every_environment_variable_that_runs_a_command_is_refused_through_env(
+    pattern: str, tail: str
+) -> None:
+    name = pattern.replace("*", tail)
+    assert runs_environment([name]) is not None
+    (cmd,) = [c for c in peel(ShellCommand(words=("env", f"{name}=x", "ls"))) if c.words]
+    assert cmd.runs_command is not None and name in cmd.runs_command
+
+
+@pytest.mark.parametrize("words", [
+    "git -c user.name=x commit -m msg", "git -c color.ui=false log", "git clone https://x/r d",
+    "git config user.email a@b.example", "git rebase -i main", "git submodule update --init",
+    "sed -n 1p a.txt", "sed -e s/a/b/g -e /x/d a.txt", "sed -i.bak -E s/a+/b/ a.txt",
+    "sed -ie s/e/E/ a.txt", "sed --quiet --expr=2p a.txt", "sed 1a\\ text;e a.txt",
+    "tar -czf a.tgz a.txt", "tar xvf a.tar", "tar --checkpoint=10 --checkpoint-action=dot -cf a b",
+    "tar -cf ./dir:x/a.tar a", "find . -name *.txt -print0", "rsync -avz src/ dst/",
+    "ssh -o ConnectTimeout=5 -p 22 host uptime", "less -N a.txt", "vim a.txt",
+    "awk -F: {print} a.txt", "awk -v n=1 $1==n||$2>3 a.txt", "zip -r a.zip dir", "env ls",
+    "env -u HOME ls", "wget -q -O out https://x/", "make -j4 all", "npm run build",
+    "go build -o bin ./...", "gcc -O2 -Wall -o a a.c", "socat - TCP:host:80",
+    "sqlite3 db.sqlite 'select 1'", "psql -c 'select 1'", "timeout 5 ls",
+])
+def test_benign_spellings_of_the_same_programs_are_not_refused(words: str) -> None:
+    assert runs_command(words.split()) is None
+
+
+_BENIGN_SED = st.lists(st.sampled_from(["p", "d", "=", "s/a/b/g", "s,x,y,2", "y/ab/cd/", "q",
+                                        "/re/d", "1,3p", "$p", "2~3d", "/a/,/b/s/c/d/p", "x",
+                                        "G", "N", "{p}", "l", "h"]), min_size=1, max_size=5)
+
+
+@given(_BENIGN_SED)
+def test_sed_scripts_without_e_w_or_r_are_accepted(commands: list[str]) -> None:
+    assert runs_command(["sed", "-n", ";".join(commands), "a.txt"]) is None
+
+
+@pytest.mark.skipif(shutil.which("sed") is None, reason="needs GNU sed")
+@settings(max_examples=300, deadline=None)
+@given(st.text("1$/;,!ewrRWspdxy{}\\ \naiIt:bq0", max_size=10))
+def test_every_sed_script_the_scan_accepts_is_one_gnu_sed_sandbox_mode_accepts(
+    script: str,
+) -> None:
+    # GNU sed --sandbox refuses exactly the commands that run, write or read files; anything
+    # the scan lets through must not be one of them, as sed itself parses the script.
+    if runs_command(["sed", "-n", "-e", script]) is not None:
+        return
+    done = subprocess.run(["sed", "--sandbox", "-n", "-e", script, "/dev/null"],
+                          capture_output=True, text=True, timeout=10, check=False)
+    assert "sandbox" not in done.stderr, (script, done.stderr)
+
+
+@given(st.text("abcx |&;()\"'/{}$", max_size=30))
+def test_awk_programs_with_system_or_a_pipe_are_refused(text: str) -> None:
+    reason = runs_command(["awk", text])
+    if "|" in text.replace("||", ""):
+        assert reason is not None
+    assert runs_command(["awk", text + ' system("id")']) is not None
+
+
+def test_unknown_options_of_script_programs_are_refused() -> None:
+    reason = runs_command(["sed", "--frobnicate", "1e id"])
+    assert reason is not None and "--frobnicate" in reason
+    assert runs_command(["git", "--weird", "status"]) is not None
+
+
+def test_an_option_spec_that_takes_a_value_does_not_hide_the_next_rule() -> None:
+    assert OptionSpec(role=None, takes_value=True).takes_value
+    assert runs_command(["tar", "-C", "dir", "--to-command=x", "-xf", "a.tar"]) is not None
+    assert runs_command(["git", "--namespace", "n", "rebase", "--exec", "x"]) is not None
