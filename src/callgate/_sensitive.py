@@ -17,7 +17,9 @@ because the match looks at the name and the separator in front of it, never at t
 
 from __future__ import annotations
 
-import re
+from typing import Any
+
+import re2  # google-re2 ships no type information (ignore_missing_imports in pyproject)
 
 # What may stand before a dot-directory or file name: a path separator, the start of a word of
 # a command line, a quote, an assignment or option separator.
@@ -25,8 +27,10 @@ _BEFORE = r"(?:^|[/\\\s~\"'`=:;,(<>|&])"
 # What may follow it: a separator, the end of a word, a quote, the end of the text.
 _AFTER = r"(?:[/\\\s\"'`;,)<>|&]|$)"
 
-#: Paths whose content is secret (searched in any text; see the module docstring).
-SENSITIVE_PATH = re.compile(
+#: Paths whose content is secret (searched in any text; see the module docstring). RE2, so a
+#: search is linear in the text whatever it holds (the texts are the agent's parameters).
+SENSITIVE_PATH: Any = re2.compile(
+    r"(?i)"
     rf"{_BEFORE}\.(?:ssh|gnupg|aws|azure|kube|docker|netrc|pgpass|git-credentials|npmrc|pypirc)"
     rf"{_AFTER}"
     rf"|{_BEFORE}\.config[/\\]+gcloud{_AFTER}"
@@ -35,12 +39,11 @@ SENSITIVE_PATH = re.compile(
     r"|[/\\]etc[/\\](?:\.?[/\\])*(?:shadow|gshadow|sudoers)"
     r"|credential"
     rf"|(?:{_BEFORE}|[_.-])secrets?(?:[_.-]|{_AFTER})",
-    re.IGNORECASE,
 )
 
 #: Names of resources that hold secrets wherever they are: tables, vault endpoints, URLs.
-SECRET_RESOURCE = re.compile(r"\b(secrets?|credentials?|api_keys?|passwords?|tokens)\b|/vault/|"
-                             r"//vault\.|/v1/secret", re.IGNORECASE)
+SECRET_RESOURCE: Any = re2.compile(
+    r"(?i)\b(secrets?|credentials?|api_keys?|passwords?|tokens)\b|/vault/|//vault\.|/v1/secret")
 
 
 def is_sensitive_name(name: str) -> bool:
