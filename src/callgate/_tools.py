@@ -1,6 +1,7 @@
 """Declaring in-process tools: a decorator that routes every call through the kernel.
 
-    @kernel.tool(policy=ToolPolicy(filesystem={"write": ["./out/**"]}))
+    @kernel.tool(policy=ToolPolicy(filesystem={"write": ["./out/**"]},
+                                   path_params={"path": "write"}))
     def write_report(path: str, text: str) -> str: ...
 
 Calling ``write_report(...)`` builds a ``ToolCall`` from the bound arguments, decides it, and
