@@ -137,7 +137,7 @@ def deep_call(levels: int = DEEP) -> str:
             + "[" * levels + "]" * levels + "}}")
 
 
-def run_bytes(*args: str, stdin: bytes, cwd: Path | None = None
+def run_bytes(*args: str | bytes, stdin: bytes, cwd: Path | None = None
               ) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([*CLI, *args], input=stdin, capture_output=True, cwd=cwd, timeout=60,
                           check=False)
@@ -183,7 +183,7 @@ def test_decide_denies_paths_with_invalid_utf8_audits_them_and_goes_on(workdir: 
     assert out[0]["verdict"] == "deny"
     assert out[0]["reasons"][0]["id"] == "input.not-utf8"
     assert out[0]["reasons"][0]["message"].startswith("line 1: ")
-    assert out[1]["verdict"] in ("allow", "deny")   # decided, whatever the store can encode
+    assert [r["id"] for r in out[1]["reasons"]] == ["input.invalid"]   # a lone surrogate
     assert out[2]["verdict"] == "allow"
     assert len(audited_decisions(workdir / "a.db")) == 3
 
@@ -225,3 +225,12 @@ def test_exec_with_an_argument_that_is_not_utf8_is_denied_not_a_traceback(tmp_pa
     assert proc.returncode == 126
     assert b"deny" in proc.stderr
     assert audited_decisions(tmp_path / "a.db")
+
+
+def test_decide_refuses_a_working_directory_that_is_not_utf8(tmp_path: Path) -> None:
+    (tmp_path / "wd\udcff").mkdir()
+    proc = run_bytes("decide", "--policy", str(EXAMPLE), "--working-dir", b"wd\xff",
+                     stdin=json.dumps(CALLS[0]).encode() + b"\n", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert b"Traceback" not in proc.stderr
+    assert b"not a UTF-8 path" in proc.stderr

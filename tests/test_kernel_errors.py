@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 
 from callgate import AuditError, Denied, Reason, ToolCall, ToolResult
 from callgate._kernel import Kernel
-from callgate._loader import LoadedPolicy
+from callgate._loader import LoadedPolicy, load_policy
 from callgate.audit import AuditStore
+from tests.conftest import EXAMPLE
 from tests.test_kernel import call, reason_ids
+
+EXAMPLE_POLICY = load_policy(EXAMPLE)  # one shared load: hypothesis prints short examples
 
 GET = call("http", "get", url="https://api.github.com/repos")
 POST = call("http", "post", url="https://x.com")
@@ -265,8 +268,8 @@ _calls = st.fixed_dictionaries({}, optional={
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raws=st.lists(_calls, min_size=1, max_size=4))
 def test_every_call_whatever_its_content_is_decided_and_audited_exactly_once(
-        example_policy: LoadedPolicy, workdir: Path, raws: list[dict[str, Any]]) -> None:
-    with Kernel(example_policy, working_dir=workdir, audit=workdir / "audit.db") as k:
+        workdir: Path, raws: list[dict[str, Any]]) -> None:
+    with Kernel(EXAMPLE_POLICY, working_dir=workdir, audit=workdir / "audit.db") as k:
         for raw in raws:
             decision = k.check(raw)
             assert decision.verdict in ("allow", "deny", "require-approval")
@@ -386,3 +389,23 @@ def test_a_monitor_that_cannot_finish_ends_the_run_with_an_undecided_violation(
     [violation] = k.end_run()
     assert violation.kind == "unknown"
     assert "cannot finish" in violation.message
+
+
+_lone = st.sampled_from(["./data/\udcff.txt", "\ud800", "a\udfffb"])
+_with_lone = st.recursive(_lone, lambda inner: st.lists(inner, min_size=1, max_size=2)
+                          | st.dictionaries(st.sampled_from(["path", "x"]), inner, min_size=1,
+                                            max_size=2), max_leaves=4)
+
+
+@given(params=st.builds(lambda key, value: {key: value}, st.sampled_from(["path", "x"]),
+                        _with_lone) | st.just({"path \udcff": "./data/notes.txt"}))
+@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_lone_surrogate_anywhere_in_the_parameters_is_one_audited_invalid_deny(
+        workdir: Path, params: dict[str, Any]) -> None:
+    # Lone surrogates are not Unicode text: no pattern engine or log can judge them faithfully.
+    with Kernel(EXAMPLE_POLICY, working_dir=workdir, audit=workdir / "audit.db") as k:
+        d = k.check({"tool": "read", "tool_class": "file", "action": "read",
+                      "parameters": params})
+        run = k.run_id
+    assert reason_ids(d) == ["input.invalid"]
+    assert len(decisions_in(workdir / "audit.db", run)) == 1

@@ -88,18 +88,20 @@ def _denial(call: ToolCall, reason: Reason) -> Decision:
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def _measure(value: Any) -> tuple[int, int]:
-    """(approximate size in bytes, nesting depth) of a JSON-like value; stops when too deep."""
+def _measure(value: Any) -> tuple[int, int, bool]:
+    """(approximate size in bytes, nesting depth, whether every string is Unicode text) of a
+    JSON-like value; stops when too deep or too large."""
     if type(value) is dict and all(type(v) in _SCALARS for v in value.values()):
         # the common case, a flat mapping of scalars, without the general walk
-        return sum(len(str(k)) + (len(v) if type(v) is str else 8)
-                   for k, v in value.items()), 1
-    size, depth = 0, 0
+        return (sum(len(str(k)) + (len(v) if type(v) is str else 8) for k, v in value.items()),
+                1, all(_is_text(k) and (type(v) is not str or _is_text(v))
+                       for k, v in value.items() if type(k) is str))
+    size, depth, text = 0, 0, True
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, level = stack.pop()
         if isinstance(item, str):
-            size += len(item) + 2
+            size, text = size + len(item) + 2, text and _is_text(item)
             continue
         depth = max(depth, level)
         if level > MAX_PARAMETER_DEPTH or size > MAX_PARAMETER_BYTES:
@@ -108,13 +110,26 @@ def _measure(value: Any) -> tuple[int, int]:
             size += 2
             for key, inner in item.items():
                 size += len(key) + 3 if isinstance(key, str) else 8
+                text = text and (not isinstance(key, str) or _is_text(key))
                 stack.append((inner, level + 1))
         elif isinstance(item, list | tuple):
             size += 2
             stack.extend((inner, level + 1) for inner in item)
         else:
             size += 8
-    return size, depth
+    return size, depth, text
+
+
+def _is_text(value: str) -> bool:
+    """False for a string holding a lone surrogate: not Unicode text, so no pattern engine
+    (RE2 takes UTF-8) and no log can judge or record it faithfully."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class Kernel:
@@ -142,6 +157,9 @@ class Kernel:
         self.policy: Policy = policy if isinstance(policy, Policy) else policy.policy
         wd = working_dir or self.policy.working_dir or os.getcwd()
         self.working_dir = os.path.realpath(os.fspath(wd))
+        if not _is_text(self.working_dir):
+            raise CallgateError(f"working directory {_safe_text(self.working_dir)} is not a "
+                                f"UTF-8 path; paths below it could not be checked")
         self.run_id = run_id or "run_" + uuid.uuid4().hex
         self._principal = self.policy.principal.name if self.policy.principal else "anonymous"
         self._grants = self.policy.principal.capabilities if self.policy.principal else ()
@@ -413,7 +431,10 @@ class Kernel:
         declared = self._tools.get(str(data.get("tool", "")))
         if "tool_class" not in data and declared is not None and declared.tool_class:
             data["tool_class"] = declared.tool_class
-        size, depth = _measure(data.get("parameters", {}))
+        size, depth, text = _measure(data.get("parameters", {}))
+        if not text:
+            return _deny("input.invalid", "validate", "parameters hold a lone surrogate (text "
+                         "that is not Unicode, such as an undecodable file name)")
         if size > MAX_PARAMETER_BYTES:
             return _deny("input.too-large", "validate",
                          f"parameters are {size} bytes, over the limit of {MAX_PARAMETER_BYTES}")
