@@ -70,5 +70,8 @@ def check_command(policy_path: str, trace: str, as_json: bool, engine: Engine) -
     except CallgateError as exc:
         click.echo(f"error: {exc}", err=True)
         raise click.exceptions.Exit(2) from exc
+    except (RecursionError, ValueError, OSError) as exc:  # a line nested too deep: no verdict
+        click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+        raise click.exceptions.Exit(2) from exc
     click.echo(render(violations, statements=len(behavior), events=len(events), as_json=as_json))
     raise click.exceptions.Exit(1 if violations else 0)
