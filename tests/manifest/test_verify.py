@@ -87,6 +87,15 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], str, dict[str, Any]]] = [
     ("scratch enabled", {}, {"scratch": True}, "tool.scratch.enabled", {}),
     ("path parameter dropped", {"path_params": ["dest"]}, {}, "tool.path_params.removed",
      {"path_params": ["dest", "src"]}),
+    ("path parameter demoted from write to read",
+     {"filesystem": {"write": ["./out/**"]}, "path_params": {"dest": "write"}},
+     {"filesystem": {"write": ["./out/**"]}, "path_params": {"dest": "read"}},
+     "tool.path_params.loosened",
+     {"filesystem": {"write": ["./out/**"]}, "path_params": {"dest": "write", "src": "read"}}),
+    ("root now followed through a symlink",
+     {"filesystem": {"read": ["./data/**"]}},
+     {"filesystem": {"read": ["./data/**"], "follow_symlinks": ["./data/**"]}},
+     "tool.filesystem.follow_added", {"filesystem": {"read": ["./data/*.csv"]}}),
     ("tool class changed", {"tool_class": "file"}, {"tool_class": "shell"},
      "tool.class.changed", {"tool_class": "file"}),
 ]
@@ -186,6 +195,10 @@ CAPABILITY_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
                                              "max_calls_per_minute": 300}},
      {**HTTP, "constraints": {"allowed_hosts": ["*.example.org"], "max_calls_per_minute": 3}}),
     ("path outside", {**FILES, "constraints": {"allowed_paths": ["/**"]}},
+     {**FILES, "constraints": {"allowed_paths": ["/srv/data/2024/*.csv"]}}),
+    ("root followed through a symlink",
+     {**FILES, "constraints": {"allowed_paths": ["/srv/data/**"],
+                               "follow_symlinks": ["/srv/data/**"]}},
      {**FILES, "constraints": {"allowed_paths": ["/srv/data/2024/*.csv"]}}),
 ]
 

@@ -90,7 +90,10 @@ def _globs(values: tuple[str, ...] | None) -> dict[str, Any]:
 
 def _filesystem(fs: FilesystemPolicy | None) -> dict[str, Any]:
     fs = fs or FilesystemPolicy()
-    return {"read": _globs(fs.read), "write": _globs(fs.write)}
+    entry: dict[str, Any] = {"read": _globs(fs.read), "write": _globs(fs.write)}
+    if fs.follow_symlinks:  # written only when used, so older manifests compare unchanged
+        entry["follow_symlinks"] = _set(fs.follow_symlinks)
+    return entry
 
 
 def _network(net: Literal["deny", "allow"] | NetworkHosts | None) -> dict[str, Any]:
@@ -133,7 +136,7 @@ def tool_entry(policy: ToolPolicy) -> dict[str, Any]:
         "limits": policy.limits.model_dump(mode="json"),
         "scratch": policy.scratch,
         "working_dir": policy.working_dir,
-        "path_params": _set(policy.path_params),
+        "path_params": dict(sorted(policy.path_params.items())),
     }
 
 

@@ -72,6 +72,11 @@ def _check_filesystem(old: Mapping[str, Any], new: Mapping[str, Any], add: Add) 
     _check_globs(old_fs["write"], new_fs["write"], "filesystem.write", same_base, add)
     _check_globs(_effective_read(old_fs), _effective_read(new_fs), "filesystem.read",
                  same_base, add)
+    followed = sorted(set(new_fs.get("follow_symlinks", ())) -
+                      set(old_fs.get("follow_symlinks", ())))
+    if followed:
+        add("tool.filesystem.follow_added", f"roots now followed through symlinks: "
+            f"{_show(followed)}")
 
 
 def _check_network(old: Mapping[str, Any], new: Mapping[str, Any], add: Add) -> None:
@@ -159,10 +164,20 @@ def _check_misc(old: Mapping[str, Any], new: Mapping[str, Any], add: Add) -> Non
             f"{new.get('tool_class')} (other grants and rules apply)")
     if new["scratch"] and not old["scratch"]:
         add("tool.scratch.enabled", "scratch space enabled (a writable private /tmp)")
-    dropped = sorted(set(old["path_params"]) - set(new["path_params"]))
+    before, after = _roles(old["path_params"]), _roles(new["path_params"])
+    dropped = sorted(set(before) - set(after))
     if dropped:
         add("tool.path_params.removed", f"parameters no longer checked as paths: "
             f"{_show(dropped)}")
+    demoted = sorted(n for n, role in after.items() if role == "read" and before.get(n) == "write")
+    if demoted:
+        add("tool.path_params.loosened", f"parameters now judged as reads, not writes: "
+            f"{_show(demoted)}")
+
+
+def _roles(entry: Mapping[str, str] | list[str]) -> Mapping[str, str]:
+    """Path parameters by role; a list (an older manifest) means every one is read."""
+    return {name: "read" for name in entry} if isinstance(entry, list) else entry
 
 
 _TOOL_CHECKS = (_check_misc, _check_filesystem, _check_network, _check_environment,
@@ -189,7 +204,11 @@ def _constraint_widenings(old: Mapping[str, Any], new: Mapping[str, Any]) -> lis
     out: list[str] = []
     for key in sorted(set(old) | set(new)):
         before, after = old.get(key), new.get(key)
-        if key == "max_calls_per_minute":
+        if key == "follow_symlinks":
+            followed = sorted(set(after or ()) - set(before or ()))
+            if followed:
+                out.append(f"{key} extended: {_show(followed)}")
+        elif key == "max_calls_per_minute":
             if _looser(before, after):
                 out.append(f"{key} raised from {before} to {_bound(after)}")
         elif before is not None and after is None:
