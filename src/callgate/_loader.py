@@ -39,7 +39,7 @@ from yaml.scanner import Scanner
 
 from callgate._errors import PolicyError, Problem
 from callgate._policy import Policy
-from callgate._regexcheck import check_regex
+from callgate._regex import check_pattern
 from callgate._roots import root_problems
 
 #: Policy files larger than this are refused before parsing.
@@ -350,7 +350,7 @@ class _Builder:
 
 
 def _regex_problems(data: dict[str, Any], builder: _Builder) -> list[Problem]:
-    """Refuse rule parameter patterns that do not compile or can backtrack catastrophically."""
+    """Refuse rule parameter patterns that cannot run in linear time with Python's meaning."""
     problems: list[Problem] = []
     rules = data.get("rules")
     for i, rule in enumerate(rules if isinstance(rules, list) else []):
@@ -360,10 +360,10 @@ def _regex_problems(data: dict[str, Any], builder: _Builder) -> list[Problem]:
             pattern = condition.get("pattern") if isinstance(condition, dict) else None
             if not isinstance(pattern, str):
                 continue
-            reason = check_regex(pattern)
+            reason = check_pattern(pattern)
             if reason is not None:
                 path: NodePath = ("rules", i, "match", "parameters", name, "pattern")
-                problems.append(_problem(f"unsafe regex: {reason}", builder.source,
+                problems.append(_problem(f"refused regex: {reason}", builder.source,
                                          builder.values[path], path))
     return problems
 

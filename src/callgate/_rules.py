@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from callgate._model import ToolCall
 from callgate._policy import ParamMatch, Rule
+from callgate._regex import PolicyPattern, compile_policy_pattern
 
 
 @dataclass(frozen=True, slots=True)
 class _CompiledParam:
     name: str
-    pattern: re.Pattern[str] | None
+    pattern: PolicyPattern | None
     in_: frozenset[str] | None
     not_in: frozenset[str] | None
 
@@ -24,7 +24,8 @@ class _CompiledParam:
             return False
         value = params[self.name]
         text = value if isinstance(value, str) else str(value)
-        if self.pattern is not None and self.pattern.search(text) is None:
+        # Raises SubjectError for text RE2 cannot read (a lone surrogate): the decision denies.
+        if self.pattern is not None and not self.pattern.matches(text):
             return False
         if self.in_ is not None and text not in self.in_:
             return False
@@ -57,8 +58,9 @@ def _opt(values: Sequence[str] | None) -> frozenset[str] | None:
 
 
 def _compile_param(name: str, m: ParamMatch) -> _CompiledParam:
-    # Patterns were vetted for catastrophic backtracking when the policy was loaded.
-    pattern = re.compile(m.pattern) if m.pattern is not None else None
+    # Linear-time (RE2) with Python's meaning; a pattern that cannot be kept raises PatternError,
+    # so a policy built in code without the loader is refused too.
+    pattern = compile_policy_pattern(m.pattern) if m.pattern is not None else None
     return _CompiledParam(name, pattern, _opt(m.in_), _opt(m.not_in))
 
 

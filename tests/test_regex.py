@@ -1,0 +1,283 @@
+"""Policy patterns on RE2: linear by construction, with the meaning Python's ``re`` gives them."""
+
+from __future__ import annotations
+
+import array
+import re
+import sys
+
+import pytest
+import re2
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from callgate._regex import (
+    MAX_PATTERN_LENGTH,
+    PatternError,
+    PolicyPattern,
+    SubjectError,
+    check_pattern,
+    compile_policy_pattern,
+)
+
+_ORDER = "le" if sys.byteorder == "little" else "be"
+
+
+def _every_character() -> str:
+    codes = [*range(0xD800), *range(0xE000, 0x110000)]
+    return array.array("I", codes).tobytes().decode(f"utf-32-{_ORDER}")
+
+
+EVERY = _every_character()
+_GLOBAL_FLAGS = re.compile(r"\(\?[aimsx]+\)")
+
+
+def _python_runs(item: str) -> list[tuple[int, int]]:
+    # Global flags stay in front (Python refuses them inside a group).
+    flags = _GLOBAL_FLAGS.match(item)
+    lead = flags.group() if flags else ""
+    return [m.span() for m in re.finditer(f"{lead}(?:{item[len(lead):]})+", EVERY)]
+
+
+def _re2_runs(item: str) -> list[tuple[int, int]]:
+    translated = compile_policy_pattern(item, "fullmatch").translated
+    return [m.span() for m in re2.compile(f"(?:{translated})+").finditer(EVERY)]
+
+
+# One character item each: the class shorthands, dot, and case folding (the long s, the Kelvin
+# sign, sharp s, dotted and dotless i, final sigma), in Unicode and ASCII modes. The runs of
+# matching characters over the text of every code point are compared, so every one counts.
+@pytest.mark.parametrize(
+    "item",
+    [
+        r"\w", r"\W", r"\d", r"\D", r"\s", r"\S", ".", "(?s).", r"(?a)\w", r"(?a)\W", r"(?a)\d",
+        r"(?a)\s", r"(?a)\S", r"[\w.-]", r"[^\w\s]", r"[^\d]", r"(?i)s", r"(?i)k", r"(?i)K",
+        r"(?i)ß", r"(?i)i", r"(?i)ı", r"(?i)İ", r"(?i)σ", r"(?i)[a-z]", r"(?i)[^k]",
+        r"(?i)[\W]", r"(?i)[a\d]", r"(?i)[À-ÿ]", r"(?ia)k", r"(?ia)[^s]", r"(?i)\u1e9e",
+        r"(?i)[\u0100-\u017f]", r"(?i)[^\u0370-\u03ff]", r"(?i)[\U00010400-\U0001044f]",
+        r"(?!/)[^a]", r"(?=\w)[^a-z]", r"(?i)(?!k)\w",
+    ],
+)
+def test_a_character_item_matches_exactly_pythons_set_over_every_code_point(item: str) -> None:
+    assert _re2_runs(item) == _python_runs(item)
+
+
+# --------------------------------------------------------------------------- differential
+
+_ALPHABET = "aAbsSkK\u212a\u017f\u00df\u1e9eiI\u0130\u0131\u03c3\u03a3\u03c2\u00e9\u00c9\u0416" \
+    "\u0436_0\u0663 \t\n\u00a0\u2028-./=;@\U0001f600\U00010400"
+_CLASS_MEMBERS = st.sampled_from(
+    [r"\w", r"\W", r"\d", r"\D", r"\s", r"\S", "a-z", "A-Z", "0-9", "\u00c0-\u00ff",
+     "\u0400-\u04ff", *(re.escape(c) for c in _ALPHABET)]
+)
+
+
+def _literal() -> st.SearchStrategy[str]:
+    return st.sampled_from(_ALPHABET).map(re.escape)
+
+
+def _charclass() -> st.SearchStrategy[str]:
+    return st.builds(
+        lambda neg, members: "[" + ("^" if neg else "") + "".join(members) + "]",
+        st.booleans(), st.lists(_CLASS_MEMBERS, min_size=1, max_size=4),
+    )
+
+
+_ATOMS = st.one_of(
+    _literal(), _charclass(),
+    st.sampled_from([".", r"\w", r"\W", r"\d", r"\D", r"\s", r"\S", r"(?:(?!/)[^a])",
+                     r"(?:(?=\w).)"]),
+)
+_ANCHORS = st.sampled_from(["^", r"\A", "(?m:^)", "(?m:$)", r"(?a:\b)"])
+_QUANTIFIERS = st.sampled_from(["", "", "*", "+", "?", "*?", "+?", "??", "{2}", "{1,3}", "{0,2}?",
+                                "{2,}"])
+_GROUP_OPENERS = st.sampled_from(["(", "(?:", "(?i:", "(?s:", "(?m:", "(?a:", "(?-i:", "(?P<n>"])
+
+
+def _pattern(depth: int) -> st.SearchStrategy[str]:
+    atom: st.SearchStrategy[str] = st.one_of(
+        st.builds(lambda a, q: a + q, _ATOMS, _QUANTIFIERS), _ANCHORS)
+    if depth > 0:
+        group = st.builds(lambda o, b, q: o + b + ")" + q, _GROUP_OPENERS,
+                          _pattern(depth - 1), _QUANTIFIERS)
+        atom = st.one_of(atom, group)
+    seq = st.lists(atom, min_size=0, max_size=4).map("".join)
+    return st.lists(seq, min_size=1, max_size=3).map("|".join)
+
+
+_PATTERNS = st.builds(
+    lambda flags, body, end: flags + body + end,
+    st.sampled_from(["", "(?i)", "(?s)", "(?m)", "(?a)", "(?is)", "(?ia)", "(?ims)"]),
+    _pattern(2),
+    st.sampled_from(["", "", "$", r"\Z"]),
+)
+_SUBJECTS = st.text(alphabet=_ALPHABET, max_size=12)
+
+
+def _unique_group_names(pattern: str) -> str:
+    count = iter(range(100))
+    return re.sub(r"\(\?P<n>", lambda _: f"(?P<n{next(count)}>", pattern)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_PATTERNS, st.lists(_SUBJECTS, min_size=1, max_size=6))
+def test_translated_pattern_agrees_with_python_on_generated_patterns_and_text(
+    raw: str, subjects: list[str]
+) -> None:
+    pattern = _unique_group_names(raw)
+    searched = compile_policy_pattern(pattern, "search", max_length=None)
+    whole = compile_policy_pattern(pattern, "fullmatch", max_length=None)
+    python = re.compile(pattern)
+    for text in subjects:
+        assert searched.matches(text) == (python.search(text) is not None), (pattern, text)
+        assert whole.matches(text) == (python.fullmatch(text) is not None), (pattern, text)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text"),
+    [
+        ("rm$", "rm\n"), (r"(?i)STRASSE", "stra\u00dfe"), (r"(?i)\u017f", "S"),
+        (r"(?i)k", "\u212a"), (r"\w+", "\u0416\u0436\u0663"), (r"^\d+$", "\u0663\u0664"),
+        (r"\s", "\u2028"), (r"(^|/)\.ssh(/|$)", "/home/u/.ssh"), (r"(^|/)\.ssh(/|$)", ".ssh/k"),
+        (r"x\Z", "x\n"), (r"(?m)^b$", "a\nb\nc"), (r"(?s)a.b", "a\nb"), ("a.b", "a\nb"),
+        (r"\N{GREEK SMALL LETTER SIGMA}", "\u03c3"), (r"\101", "A"), ("\U0001f600+", "\U0001f600"),
+    ],
+)
+def test_known_differences_between_the_engines_keep_pythons_meaning(
+    pattern: str, text: str
+) -> None:
+    expected = re.search(pattern, text) is not None
+    assert compile_policy_pattern(pattern).matches(text) is expected
+
+
+def test_a_deny_pattern_with_backslash_w_still_matches_non_ascii_words() -> None:
+    # RE2's \w is ASCII-only: handed over as written, this deny rule would stop matching.
+    pattern = compile_policy_pattern(r"^\w+$")
+    assert pattern.matches("\u043f\u0430\u0440\u043e\u043b\u044c")
+    assert pattern.matches("caf\u00e9")
+
+
+# --------------------------------------------------------------------------- linear time
+
+_SUBJECT_SIZE = 64 * 1024
+
+# Patterns a backtracking engine runs in exponential or high polynomial time on the subject
+# next to them, with the answer. ``re`` is never run on these subjects.
+SUPER_LINEAR: list[tuple[str, str, bool]] = [
+    (r".*.*=.*;", "=" * _SUBJECT_SIZE, False),
+    (r".*.*=.*;", "=" * (_SUBJECT_SIZE - 1) + ";", True),
+    (r"(a|ab)*c", "ab" * (_SUBJECT_SIZE // 2), False),
+    (r"\d*\d*\d*x", "1" * _SUBJECT_SIZE, False),
+    (r"(?:[\w-]+\.)+[\w-]+@example\.com", "a." * (_SUBJECT_SIZE // 2), False),
+    (r"(?:[\w-]+\.)+[\w-]+@example\.com", "\u00e9." * 1000 + "x@example.com", True),
+    (r"(a+)+$", "a" * (_SUBJECT_SIZE - 1) + "!", False),
+    (r"(a*)*b", "a" * _SUBJECT_SIZE, False),
+    (r"(x+x+)+y", "x" * _SUBJECT_SIZE, False),
+    (r"^(\w+\s?)+$", "word " * (_SUBJECT_SIZE // 5) + "!", False),
+    (r"(.*a){12}x", "a" * _SUBJECT_SIZE, False),
+    (r"(a|aa)+b", "a" * _SUBJECT_SIZE, False),
+    (r"(.*?,){11}P", "1," * (_SUBJECT_SIZE // 2), False),
+    (r"^(a?){25}a{25}$", "a" * _SUBJECT_SIZE, False),
+    (r"(\w|\d)+@", "1" * _SUBJECT_SIZE, False),
+    (r"^([a-zA-Z0-9])(([\-.]|[_]+)?([a-zA-Z0-9]+))*(@){1}[a-z0-9]+[.]{1}(([a-z]{2,3})|"
+     r"([a-z]{2,3}[.]{1}[a-z]{2,3}))$", "a" * _SUBJECT_SIZE + "!", False),
+    (r"(?i)(s|\u017f)+x", "\u017fS" * (_SUBJECT_SIZE // 2), False),
+    (r"\s*\s*\s*;", "\u2028" * _SUBJECT_SIZE, False),
+    (r"(\s*,\s*)*;", " ," * (_SUBJECT_SIZE // 2), False),
+    (r"(?m)^(.+)+=", "k" * _SUBJECT_SIZE, False),
+]
+
+
+@pytest.mark.parametrize(("pattern", "text", "expected"), SUPER_LINEAR)
+def test_super_linear_patterns_compile_and_answer_on_a_64k_subject(
+    pattern: str, text: str, expected: bool
+) -> None:
+    assert compile_policy_pattern(pattern).matches(text) is expected
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize(
+    ("pattern", "says"),
+    [
+        (r"(a)\1", "back-references"),
+        (r"(?P<x>a)(?P=x)", "back-references"),
+        (r"(a)?(?(1)b|c)", "conditional groups"),
+        (r"a++", "possessive"),
+        (r"(?>a+)b", "atomic groups"),
+        (r"(?<=a)b", "lookbehind"),
+        (r"(?<!a)b", "lookbehind"),
+        (r"a(?=bc)", "lookahead"),
+        (r"\bword\b", r"add (?a)"),
+        (r"(?a)a\B", r"\B is refused"),
+        (r"a$b", r"write \Z"),
+        (r"(a$)*", r"write \Z"),
+        (r"a{1001}", "counted repeats go up to 1000"),
+        (r"a{2,5000}", "counted repeats go up to 1000"),
+        ("[[a]", "ambiguous syntax"),
+        ("(", "does not compile"),
+        ("a" * (MAX_PATTERN_LENGTH + 1), "characters long"),
+        (r"(?:\w{100}){100}", "too large"),
+    ],
+)
+def test_constructs_without_a_linear_meaning_are_refused_with_what_to_write(
+    pattern: str, says: str
+) -> None:
+    with pytest.raises(PatternError, match=re.escape(says)):
+        compile_policy_pattern(pattern)
+    assert says in (check_pattern(pattern) or "")
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"^https://(api\.github\.com|api\.openai\.com)/", r"^([a-z0-9-]+\.)+[a-z]{2,}$",
+        r"(^|/)\.env[^/]*$", r"(^|/)(id_rsa|id_dsa|id_ecdsa|id_ed25519)[^/]*$",
+        r"(?a)\brm\b", r"(?x) a  b # comment", r"(?i)drop\s+table", "", r"\w{1,64}",
+        r"[^\x00-\x1f]", r"(?s).*", r"\Aa\Z",
+    ],
+)
+def test_common_policy_patterns_compile(pattern: str) -> None:
+    assert isinstance(compile_policy_pattern(pattern), PolicyPattern)
+    assert check_pattern(pattern) is None
+
+
+def test_a_lone_surrogate_in_the_text_raises_instead_of_matching_or_not() -> None:
+    pattern = compile_policy_pattern(r"secret.*key")
+    with pytest.raises(SubjectError, match="lone surrogate"):
+        pattern.matches("secret\udc80key")
+
+
+@given(st.text(max_size=20), st.integers(min_value=0xD800, max_value=0xDFFF), st.text(max_size=5))
+def test_any_text_holding_a_lone_surrogate_is_never_answered(
+    before: str, surrogate: int, after: str
+) -> None:
+    with pytest.raises(SubjectError):
+        compile_policy_pattern(".*").matches(before + chr(surrogate) + after)
+
+
+# --------------------------------------------------------------------------- globs
+
+
+@pytest.mark.xfail(strict=True, reason="path globs still compile to Python's re (callgate._paths)")
+def test_a_glob_with_many_stars_answers_on_a_64k_segment() -> None:
+    from callgate._paths import compile_glob
+
+    glob = compile_glob("/data/**/*a*a*a*a*b", "/")
+    # Fails fast before the switch rather than running a super-linear match.
+    assert not isinstance(glob._regex, re.Pattern)
+    assert glob.matches("/data/" + "a" * _SUBJECT_SIZE) is False
+    assert glob.matches("/data/x/" + "a" * _SUBJECT_SIZE + "b") is True
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [r"/data(?:/[^/]+)*/[^/]*a[^/]*a[^/]*b", r"/srv/(?!/)[a-c]x", r"/etc/[^/]+|/",
+     re.escape("/home/u s+r") + r"/[^/]"],
+)
+def test_glob_regex_text_compiles_for_whole_path_matching(regex: str) -> None:
+    compiled = compile_policy_pattern(regex, "fullmatch", max_length=None)
+    for path in ["/data/x/aab", "/data/aab", "/srv/bx", "/srv//x", "/etc/hosts", "/",
+                 "/home/u s+r/q", "/data/" + "a" * 100]:
+        assert compiled.matches(path) == (re.fullmatch(regex, path) is not None), path
