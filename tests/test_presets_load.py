@@ -9,7 +9,7 @@ import pytest
 
 from callgate import PolicyError
 from callgate._policy import RuleMatch
-from callgate._regexcheck import check_regex
+from callgate._regex import check_pattern
 from callgate.presets import load_preset, preset_names
 
 PRESETS = ["deny-all", "safe-research", "strict", "workspace-assistant"]
@@ -33,7 +33,7 @@ def test_every_preset_pattern_passes_the_regex_check(name: str) -> None:
     for rule in load_preset(name).policy.rules:
         for condition in rule.match.parameters.values():
             if condition.pattern is not None:
-                assert check_regex(condition.pattern) is None, rule.id
+                assert check_pattern(condition.pattern) is None, rule.id
 
 
 def test_deny_all_grants_nothing() -> None:

@@ -260,7 +260,6 @@ def test_any_text_holding_a_lone_surrogate_is_never_answered(
 # --------------------------------------------------------------------------- globs
 
 
-@pytest.mark.xfail(strict=True, reason="path globs still compile to Python's re (callgate._paths)")
 def test_a_glob_with_many_stars_answers_on_a_64k_segment() -> None:
     from callgate._paths import compile_glob
 

@@ -36,15 +36,16 @@ from callgate._behaviour import (
     descriptions_for,
 )
 from callgate._capabilities import CapabilityToken, RateLimiter, check_grants, issue_token
-from callgate._errors import AuditError, CallgateError, Denied
+from callgate._errors import AuditError, CallgateError, Denied, PolicyError, Problem
 from callgate._model import Decision, Reason, TaintLabel, ToolCall, ToolResult
 from callgate._paths import PathRejected, canonical_parameters
 from callgate._policy import CapabilityConstraints, Policy, ToolPolicy
+from callgate._roots import root_problems
 from callgate._rules import RuleSet
 from callgate._runstate import READ_ONLY_ACTIONS, Quarantine, RunState
 from callgate._taint import TaintTracker
 from callgate._toolpolicy import check_stance, check_usage
-from callgate._tools import tool_decorator
+from callgate._tools import check_declaration, tool_decorator
 from callgate.audit import AuditStore
 from callgate.guards import build_guards
 from callgate.manifest import build_manifest, manifest_hash
@@ -160,10 +161,14 @@ class Kernel:
         if not _is_text(self.working_dir):
             raise CallgateError(f"working directory {_safe_text(self.working_dir)} is not a "
                                 f"UTF-8 path; paths below it could not be checked")
+        _refuse_escaping_roots(self.policy, self.working_dir)
         self.run_id = run_id or "run_" + uuid.uuid4().hex
         self._principal = self.policy.principal.name if self.policy.principal else "anonymous"
         self._grants = self.policy.principal.capabilities if self.policy.principal else ()
         self._tools: dict[str, ToolPolicy] = dict(self.policy.tools)
+        # classes whose grants constrain paths: their calls' paths are made canonical too
+        self._path_classes = frozenset(g.tool_class for g in self._grants
+                                       if g.constraints.allowed_paths is not None)
         self._rules = RuleSet(self.policy.rules)
         self._taint = TaintTracker()
         settings = self.policy.run_state
@@ -264,6 +269,7 @@ class Kernel:
             raise CallgateError(f"tool {name!r} is already declared by the policy file")
         if self._tools.get(name) == policy:
             return
+        check_declaration(name, policy, None, self._tool_base(policy))
         with self._lock:
             self._tools[name] = policy
             # Every later audit event carries the hash of the manifest now in force.
@@ -452,14 +458,22 @@ class Kernel:
     def _canonicalise(self, call: ToolCall) -> ToolCall | Reason:
         # One canonical path feeds both the checks and the executor: what is checked is what runs.
         declared = self._tools.get(call.tool)
-        if call.tool_class != "file" and (declared is None or declared.filesystem is None):
+        if call.tool_class != "file" and call.tool_class not in self._path_classes and (
+                declared is None or declared.filesystem is None):
             return call
         extra = declared.path_params if declared is not None else ()
+        base = self._tool_base(declared) if declared is not None else self.working_dir
         try:
-            params = canonical_parameters(call.parameters, self.working_dir, extra)
+            params = canonical_parameters(call.parameters, base, extra)
         except PathRejected as exc:
             return _deny("path.rejected", "validate", str(exc))
         return call.model_copy(update={"parameters": params})
+
+    def _tool_base(self, declared: ToolPolicy) -> str:
+        """The directory a tool's relative paths mean: its own working_dir, under the kernel's."""
+        if not declared.working_dir:
+            return self.working_dir
+        return os.path.normpath(os.path.join(self.working_dir, declared.working_dir))
 
     def _step_run_state(self, call: ToolCall) -> Reason | None:
         q = self._state.quarantine
@@ -795,6 +809,14 @@ class Kernel:
             raise AuditError(f"cannot start the run in the audit log: {_error_text(exc)}"
                              ) from exc
         return store
+
+
+def _refuse_escaping_roots(policy: Policy, working_dir: str) -> None:
+    """Every declared root must stay where it was written, also for policies built in code."""
+    found = root_problems(policy, working_dir)
+    if found:
+        raise PolicyError([Problem(why, "<policy>", field=".".join(str(p) for p in where))
+                           for where, why in found])
 
 
 def _ask(handler: ApprovalHandler | None, call: ToolCall, decision: Decision,

@@ -4,8 +4,9 @@ Every path a call names is reduced to one canonical form (``canonical``: ``~`` e
 ``file://`` stripped, joined to the working directory, symlinks and ``..`` resolved by
 ``os.path.realpath``) and that form is what the globs judge, so ``./data/../../etc/passwd`` and a
 symlink ``./data/etc -> /etc`` are judged where they really lead. The executor must open the same
-canonical form it was checked as; a symlink swapped in between check and use is the OS sandbox's
-job, not this module's.
+canonical form it was checked as: the file executor opens it with no symlink followed
+(``callgate.executors._open``), so a symlink swapped in between check and use is refused there,
+and for subprocess tools the OS sandbox confines what the program opens.
 
 Compared with an absolute-paths-only gate this one also checks relative paths (every call carries
 a working directory here), ``~`` and ``file://`` forms, and strings nested at any depth in the
@@ -33,6 +34,7 @@ from typing import Any, Literal, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from callgate._errors import CallgateError
+from callgate._regex import PatternError, PolicyPattern, SubjectError, compile_policy_pattern
 
 Intent = Literal["read", "write"]
 
@@ -96,11 +98,17 @@ class Glob:
 
     pattern: str
     root: str
-    _regex: re.Pattern[str]
+    _regex: PolicyPattern
 
     def matches(self, abs_path: str) -> bool:
-        """Whether a canonical absolute path (as ``canonical`` returns) matches this glob."""
-        return self._regex.fullmatch(abs_path) is not None
+        """Whether a canonical absolute path (as ``canonical`` returns) matches this glob.
+
+        Matching runs on RE2 (linear time), so no glob can be made slow by a long path.
+        """
+        try:
+            return self._regex.matches(abs_path)
+        except SubjectError as exc:
+            raise PathRejected(f"path cannot be matched against {self.pattern!r}: {exc}") from exc
 
 
 # --------------------------------------------------------------------------- canonical forms
@@ -330,8 +338,8 @@ def compile_glob(pattern: str, working_dir: str, follow: bool = False) -> Glob:
     if root == "/" and all(s == "**" for s in rest):
         regex.append("|/")  # the filesystem root itself, which has no segment to match
     try:
-        compiled = re.compile("".join(regex))
-    except re.error as exc:
+        compiled = compile_policy_pattern("".join(regex), "fullmatch", max_length=None)
+    except PatternError as exc:
         raise PathRejected(f"glob {pattern!r} is malformed: {exc}") from exc
     return Glob(pattern=pattern, root=root, _regex=compiled)
 

@@ -78,7 +78,8 @@ class Principal(StrictModel):
 
 
 class ParamMatch(StrictModel):
-    """A condition on one parameter of a call (regexes are checked for catastrophic forms)."""
+    """A condition on one parameter of a call (patterns run on RE2 with Python's meaning; see
+    ``callgate._regex``)."""
 
     pattern: str | None = None
     in_: tuple[str, ...] | None = Field(default=None, alias="in")
