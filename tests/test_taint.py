@@ -58,6 +58,18 @@ FETCHING = (
     "scp host:/x ./x",
     "python3 -m pip install requests",
     "eval 'curl https://example.org'",
+    "apt-get install -y jq",
+    "yum install jq",
+    "brew install jq",
+    "conda install numpy",
+    "git submodule update --init",
+    "go mod download",
+    "hg clone https://example.org/r",
+    "svn checkout https://example.org/r",
+    "aria2c https://example.org/f",
+    "http GET https://example.org",
+    "aws s3 cp s3://bucket/key .",
+    "gcloud storage cp gs://bucket/key .",
 )
 #: Commands that run on the machine only.
 LOCAL = ("ls -la", "cat notes.txt", "git status", "git commit -m 'x'", "grep -r foo .",

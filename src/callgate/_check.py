@@ -18,7 +18,6 @@ from typing import Any
 import click
 
 from callgate._behaviour import call_args
-from callgate._cliutil import MAX_JSON_DEPTH, too_deep_at
 from callgate._errors import CallgateError, Problem, TraceError
 from callgate._loader import load_policy
 from callgate._model import Event, ToolCall
@@ -40,10 +39,9 @@ def behavior_of(path: str) -> tuple[Policy, BehaviorSet]:
 def trace_events(path: str) -> list[Event]:
     """Events of a JSONL trace: raw tool calls are abstracted (shell commands parsed).
 
-    Lines nested deeper than ``MAX_JSON_DEPTH`` are reported (each with its line) before any
-    line is parsed, so that no line can exhaust the parser's recursion.
+    A line nested deeper than ``MAX_JSON_DEPTH`` is reported with its line like any other
+    line that cannot be read (the loaders parse with ``loads_bounded``).
     """
-    _check_nesting(path)
     try:
         from callgate.abstraction import load_raw_trace
     except ImportError:  # without the abstraction extra only typed events are understood
@@ -52,21 +50,6 @@ def trace_events(path: str) -> list[Event]:
         return load_trace(path)
     return load_raw_trace(path)
 
-
-def _check_nesting(path: str) -> None:
-    problems = []
-    try:
-        with open(path, "rb") as handle:
-            for number, line in enumerate(handle, start=1):
-                column = too_deep_at(line.decode("utf-8", "replace"), MAX_JSON_DEPTH)
-                if column is not None:
-                    problems.append(Problem(
-                        f"nests deeper than {MAX_JSON_DEPTH} levels (at column {column})",
-                        source=path, line=number))
-    except OSError:
-        return  # the trace loader reports an unreadable file
-    if problems:
-        raise TraceError(problems)
 
 
 def audit_events(db: str, run_id: str, policy: Policy) -> list[Event]:

@@ -2,14 +2,12 @@
 
 Input lines are read as bytes with bounds, so that no line can stop the ones after it: a line
 longer than ``MAX_LINE_BYTES`` is skipped without being held whole, one that is not UTF-8 or not
-JSON is reported, and nesting deeper than ``MAX_JSON_DEPTH`` is found by a scan of the text
-before the (recursive) JSON parser sees it.
+JSON is reported, and nesting deeper than ``MAX_JSON_DEPTH`` is refused (``_jsonlimits``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import IO, Any, TypeVar
@@ -18,6 +16,7 @@ import click
 
 from callgate._behaviour import compile_for
 from callgate._errors import CallgateError, PolicyError, TemporalError
+from callgate._jsonlimits import MAX_JSON_DEPTH, JSONTooDeepError, loads_bounded
 from callgate._kernel import DEFAULT_DECISION_DEADLINE_S, Kernel
 from callgate._loader import LoadedPolicy, load_policy
 from callgate._model import Decision, Reason
@@ -25,13 +24,8 @@ from callgate.presets import load_preset
 
 #: Longest input line, in bytes; a longer one is denied (``input.too-large``) unread.
 MAX_LINE_BYTES = 8 << 20
-#: Deepest nesting of arrays and objects in an input line (``input.too-deep`` beyond it). The
-#: kernel's own bound on parameters is lower; this one keeps the parser from recursing.
-MAX_JSON_DEPTH = 64
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-# A JSON string (escapes included) or one bracket: what the nesting scan looks at.
-_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -103,12 +97,10 @@ def parse_line(line: bytes, number: int) -> dict[str, Any] | Reason:
     except UnicodeDecodeError as exc:
         return _bad("input.not-utf8", number,
                     f"not UTF-8 (byte {line[exc.start]:#04x} at offset {exc.start})")
-    deep_at = too_deep_at(text, MAX_JSON_DEPTH)
-    if deep_at is not None:
-        return _bad("input.too-deep", number,
-                    f"nests deeper than {MAX_JSON_DEPTH} levels (at column {deep_at})")
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = loads_bounded(text, MAX_JSON_DEPTH, parse_constant=_no_constant)
+    except JSONTooDeepError as exc:
+        return _bad("input.too-deep", number, str(exc))
     except json.JSONDecodeError as exc:
         return _bad("input.not-json", number, f"not JSON ({exc.msg} at column {exc.colno})")
     except (ValueError, RecursionError) as exc:  # NaN/Infinity, an integer too long to read
@@ -116,22 +108,6 @@ def parse_line(line: bytes, number: int) -> dict[str, Any] | Reason:
     if not isinstance(value, dict):
         return _bad("input.not-json", number, "a call must be a JSON object")
     return value
-
-
-def too_deep_at(text: str, limit: int) -> int | None:
-    """The column where ``text`` (JSON) nests deeper than ``limit``, or None; never recurses."""
-    if text.count("[") + text.count("{") <= limit:
-        return None
-    depth = 0
-    for token in _TOKENS.finditer(text):
-        first = token.group()[0]
-        if first in "[{":
-            depth += 1
-            if depth > limit:
-                return token.start() + 1
-        elif first in "]}":
-            depth -= 1
-    return None
 
 
 def _skip_line(stream: IO[bytes]) -> None:

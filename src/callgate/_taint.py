@@ -18,9 +18,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from callgate._model import UNTRUSTED_SOURCES, TaintLabel, ToolCall
-from callgate.abstraction import ShellCommand, abstract_shell, default_catalog
-from callgate.abstraction._catalog import ground
-from callgate.abstraction._tools import ScriptContext, script_source_drafts
+from callgate.abstraction import (
+    ScriptContext,
+    ShellCommand,
+    abstract_shell,
+    default_catalog,
+    ground,
+    script_source_drafts,
+)
 
 #: The taint an executor of each tool class puts on its output (the boundary it reads across).
 CLASS_OUTPUT_TAINT: dict[str, str] = {

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from callgate._errors import Problem, TraceError
+from callgate._jsonlimits import loads_bounded
 from callgate._model import Event, Flow, Status
 from callgate.abstraction._flow import FlowIndex
 from callgate.abstraction._tools import Draft, ScriptContext, tool_drafts
@@ -88,7 +89,7 @@ def _call_shape(raw: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
         raise MalformedLineError("a tool call needs a non-empty tool name")
     if isinstance(params, str):
         try:
-            params = json.loads(params) if params.strip() else {}
+            params = loads_bounded(params) if params.strip() else {}
         except ValueError as exc:
             raise MalformedLineError(f"arguments of {name} are not valid JSON: {exc}") from exc
     if params is None:

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from callgate._errors import Problem, TraceError
+from callgate._jsonlimits import loads_bounded
 from callgate._model import Event
 from callgate.abstraction._abstractor import Abstractor
 
@@ -42,7 +43,7 @@ def load_raw_trace(
         if not text.strip():
             continue
         try:
-            raw = json.loads(text)
+            raw = loads_bounded(text)
         except ValueError as exc:
             problems.append(Problem(f"not valid JSON: {exc}", source=source, line=number))
             continue

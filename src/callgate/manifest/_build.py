@@ -24,6 +24,7 @@ from typing import Any, Literal
 import yaml
 
 from callgate._errors import CallgateError
+from callgate._jsonlimits import MAX_JSON_DEPTH, loads_bounded
 from callgate._policy import (
     Capability,
     EnvironmentPolicy,
@@ -226,10 +227,18 @@ def render(manifest: Mapping[str, Any], fmt: Format = "json") -> str:
 
 
 def _safe_yaml(text: str, source: str) -> Any:
-    # Rendered manifests never hold anchors; refusing aliases rules out expansion bombs.
+    # Rendered manifests never hold anchors; refusing aliases rules out expansion bombs, and a
+    # bound on nesting keeps the (recursive) composer from running out of stack.
+    depth = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent):
             raise ManifestError(f"{source}: YAML aliases are not allowed in a manifest")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ManifestError(f"{source}: nests deeper than {MAX_JSON_DEPTH} levels")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
     return yaml.safe_load(text)
 
 
@@ -242,7 +251,7 @@ def parse_manifest(text: str, source: str = "<manifest>") -> dict[str, Any]:
     if len(text) > MAX_MANIFEST_BYTES:
         raise ManifestError(f"{source}: manifest larger than {MAX_MANIFEST_BYTES} bytes")
     try:
-        data = json.loads(text) if text.lstrip().startswith("{") else _safe_yaml(text, source)
+        data = loads_bounded(text) if text.lstrip().startswith("{") else _safe_yaml(text, source)
     except (ValueError, yaml.YAMLError) as exc:
         raise ManifestError(f"{source}: not a readable manifest: {exc}") from exc
     if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT_VERSION:

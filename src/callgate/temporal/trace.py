@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from callgate._errors import Problem, TraceError
+from callgate._jsonlimits import loads_bounded
 from callgate._model import Event
 from callgate.temporal.patterns import OBSERVATION_LIMIT, text_of
 
@@ -53,9 +54,11 @@ def load_trace(path: str | Path) -> list[Event]:
 
 def _event(line: str, seq: int, number: int) -> Event:
     try:
-        data = json.loads(line)
+        data = loads_bounded(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON: {exc.msg} (column {exc.colno})") from exc
+    except ValueError as exc:  # nested too deep, or a number the decoder refuses
+        raise ValueError(f"not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise ValueError("an event must be a JSON object")
     unknown = sorted(set(data) - _FIELDS)
