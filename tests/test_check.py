@@ -119,3 +119,25 @@ def test_a_line_nested_too_deep_is_an_error_naming_the_line_not_a_crash(files: P
     assert "deep.jsonl:2" in proc.stderr
     assert "deep.jsonl:3" in proc.stderr
     assert "deeper than" in proc.stderr
+
+
+def test_a_recorded_call_that_cannot_be_read_back_is_an_error_naming_the_event(
+        tmp_path: Path) -> None:
+    from callgate import Decision, ToolCall
+    from callgate.audit import AuditStore
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text("name: p\nversion: 1\nrules: [{id: all, decision: allow}]\n")
+    with AuditStore.open(tmp_path / "a.db") as store:
+        store.start_run("r1", principal="a", policy_name="p", manifest_hash="0" * 64, config={})
+        # a tool name that is not valid text: the log keeps it as a marker object
+        call = ToolCall.model_construct(tool="bad\udcff", tool_class="file", action="read",
+                                        parameters={}, id="r1:1", run_id="r1", sequence=1,
+                                        principal="a", timestamp="2026-01-01T00:00:00Z",
+                                        taint=(), token=None)
+        store.record_decision("r1", call, Decision(verdict="allow"))
+        store.end_run("r1")
+    proc = check(tmp_path, "--policy", str(policy), "--db", "a.db", "--run", "r1")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "event 2" in proc.stderr and "cannot be read back" in proc.stderr

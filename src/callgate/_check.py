@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
 from callgate._behaviour import call_args
 from callgate._errors import CallgateError, Problem, TraceError
@@ -69,8 +70,14 @@ def audit_events(db: str, run_id: str, policy: Policy) -> list[Event]:
     for record in records:
         if record.kind != "decision":
             continue
-        call = ToolCall.model_validate(record.payload["call"])
-        verdict = record.payload["decision"]["verdict"]
+        try:
+            call = ToolCall.model_validate(record.payload["call"])
+            verdict = record.payload["decision"]["verdict"]
+        except (ValidationError, KeyError, TypeError) as exc:
+            # a call the log holds only as a marker (text that was not encodable), or a record
+            # of another shape: named, never a traceback
+            raise TraceError([Problem(f"run {run_id!r}, event {record.seq}: the recorded call "
+                                      f"cannot be read back ({exc})", source=db)]) from exc
         raw: dict[str, Any] = {"tool": call.tool, "tool_class": call.tool_class,
                                "action": call.action, "parameters": call.parameters}
         result = results.get(call.id)
