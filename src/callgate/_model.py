@@ -33,7 +33,10 @@ UNTRUSTED_SOURCES: frozenset[str] = frozenset({"web", "rag", "email", "retrieved
 class StrictModel(BaseModel):
     """Base for validated models: unknown fields and wrong types are errors."""
 
-    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+    # JSON dumps keep an infinite or NaN float as a float (the audit log stores it as a marked
+    # number) instead of turning it into null, which would record a value the call never had.
+    model_config = ConfigDict(extra="forbid", strict=False, frozen=True,
+                              ser_json_inf_nan="constants")
 
 
 class TaintLabel(StrictModel):

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -150,4 +151,13 @@ def test_a_record_too_large_keeps_the_hash_of_the_field_it_drops(tmp_path: Path)
     text = canonical_json(result)
     assert payload["result"] == {"$callgate": "omitted", "reason": "record too large",
                                  "chars": len(text), "sha256": sha256_hex(text)}
+    assert verify_file(tmp_path / "a.db").ok
+
+
+@pytest.mark.parametrize("number", [float("inf"), float("-inf"), float("nan")])
+def test_a_non_finite_parameter_is_recorded_as_a_marked_number_not_null(
+        tmp_path: Path, number: float) -> None:
+    parameters, output = record_and_read(tmp_path / "a.db", number, number)
+    assert parameters == output == sanitize(number)
+    assert parameters["$callgate"] == "number"
     assert verify_file(tmp_path / "a.db").ok

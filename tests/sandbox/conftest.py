@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -89,11 +90,9 @@ class Server:
     hits: list[int]
 
 
-@pytest.fixture
-def server() -> Iterator[Server]:
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
+@contextlib.contextmanager
+def answering_pong(listener: socket.socket) -> Iterator[list[int]]:
+    """Accept connections on a listening socket in a thread, answer ``pong``, count them."""
     listener.settimeout(0.2)
     hits: list[int] = []
     stop = threading.Event()
@@ -111,8 +110,17 @@ def server() -> Iterator[Server]:
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        yield Server(port=listener.getsockname()[1], hits=hits)
+        yield hits
     finally:
         stop.set()
         thread.join(timeout=2)
         listener.close()
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    with answering_pong(listener) as hits:
+        yield Server(port=listener.getsockname()[1], hits=hits)

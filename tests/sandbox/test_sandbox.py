@@ -6,7 +6,6 @@ import dataclasses
 import os
 import socket
 import textwrap
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +14,7 @@ import callgate.sandbox as sandbox_module
 from callgate import SandboxError
 from callgate.sandbox import Sandbox, SandboxOutcome, available_backends
 
-from .conftest import BUILDER, Project, policy
+from .conftest import BUILDER, Project, answering_pong, policy
 
 
 def test_all_lists_exactly_the_public_names():
@@ -175,28 +174,8 @@ def unix_server(project: Project) -> Iterator[tuple[str, list[int]]]:
     listener.bind(path)
     os.chmod(path, 0o600)
     listener.listen(4)
-    listener.settimeout(0.1)
-    hits: list[int] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                hits.append(1)
-                conn.sendall(b"pong")
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
+    with answering_pong(listener) as hits:
         yield path, hits
-    finally:
-        stop.set()
-        thread.join(timeout=2)
-        listener.close()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
