@@ -411,8 +411,21 @@ def _emit_set(ranges: Intervals) -> str:
         return r"[^\x{0}-\x{10ffff}]"  # matches nothing
     if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
         return f"\\x{{{ranges[0][0]:x}}}"
+    if _is_ascii_case_pair(ranges):
+        # RE2 reads a two-character class [Xx] as a case-folded literal x, and an alternation
+        # gathering such literals into one class adds Unicode's whole fold orbit (the long s
+        # for [Ss], the Kelvin sign for [Kk]). Two plain literals keep exactly the two.
+        return f"(?:\\x{{{ranges[0][0]:x}}}|\\x{{{ranges[1][0]:x}}})"
     body = "".join(
         f"\\x{{{low:x}}}" if low == high else f"\\x{{{low:x}}}-\\x{{{high:x}}}"
         for low, high in ranges
     )
     return f"[{body}]"
+
+
+def _is_ascii_case_pair(ranges: Intervals) -> bool:
+    """Whether the set is exactly one ASCII capital letter and its small letter."""
+    if len(ranges) != 2 or ranges[0][0] != ranges[0][1] or ranges[1][0] != ranges[1][1]:
+        return False
+    upper, lower = ranges[0][0], ranges[1][0]
+    return ord("A") <= upper <= ord("Z") and lower == upper + 32
