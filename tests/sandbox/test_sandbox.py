@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import socket
@@ -360,3 +361,35 @@ def test_a_credential_scan_that_cannot_finish_refuses_to_start_the_tool(
     )
     with pytest.raises(SandboxError, match="src"):
         box.run(["cat", str(project.root / "src" / "z-late" / ".env")])
+
+
+#: Tries the host's device nodes and /dev/shm; prints what it reached.
+HOST_DEVICES = """
+    import os, sys
+    reached = []
+    for name in ("kmsg", "console", "tty0", "vcs", "kvm", "fuse", "loop-control", "vsock"):
+        try:
+            os.close(os.open("/dev/" + name, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY))
+        except OSError:
+            continue
+        reached.append(name)
+    try:
+        with open("/dev/shm/" + sys.argv[1], "w") as handle:
+            handle.write("planted")
+    except OSError:
+        pass
+    print("reached", *reached)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_host_devices_and_host_shm_are_out_of_reach(project: Project, backend: str):
+    probe = f"callgate-shm-{os.getpid()}-{backend}"
+    box = confined(project, backend)
+    try:
+        outcome = box.run(["python3", "-c", textwrap.dedent(HOST_DEVICES), probe])
+        assert outcome.stdout == b"reached\n", outcome
+        assert not os.path.exists(f"/dev/shm/{probe}")
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"/dev/shm/{probe}")

@@ -1,15 +1,16 @@
 """The firejail backend, for hosts where bubblewrap cannot start (no user namespaces).
 
-firejail is setuid, so it confines without unprivileged user namespaces: ``--read-only=/``
-with ``--read-write`` for each write root, a read-only ``/proc``, ``--blacklist`` for every
+firejail is setuid, so it confines without unprivileged user namespaces: ``--read-only=/`` with
+``--read-write`` for each write root, a read-only ``/proc``, a private ``/dev`` (the harmless
+nodes and an empty ``/dev/shm`` of its own, as bwrap's ``--dev``), ``--blacklist`` for every
 path that leads away from the visible roots, for credential paths, hidden shells and the
 ``/proc`` entries of ``procfs.PROC_HIDDEN`` (a hidden directory fails with ``EACCES``; a hidden
 file reads as empty when the caller is root), ``--net=none`` unless the network is allowed,
 with its socket filter (``protocol inet,inet6,netlink``: other families fail with
 ``EOPNOTSUPP``; io_uring and the secondary system call ABIs are refused), a new ipc namespace
 and hostname, no capabilities, no new privileges, no supplementary groups, and an environment
-cleared with ``env -i``. The options go in a generated profile file, because firejail caps
-its command line at 128 arguments.
+cleared with ``env -i``. The options go in a generated profile file, because firejail caps its
+command line at 128 arguments.
 
 Differences from bwrap, all documented in ``docs/sandbox.md``: the tool keeps the caller's uid,
 ``/run/firejail`` must stay visible for firejail itself, ``/tmp`` is read-only rather than
@@ -48,7 +49,9 @@ _SOCKET_FILTER = (
 def firejail_profile(spec: SandboxSpec) -> str:
     """The firejail profile text for ``spec`` (a file: the command line is capped at 128)."""
     lines = ["caps.drop all", "nonewprivs", "nogroups", "ipc-namespace"]
-    lines += [f"hostname {HOSTNAME}", "read-only /", "read-only /proc"]
+    # private-dev: a fresh /dev with the harmless nodes and a private /dev/shm, as bwrap's
+    # --dev; the host's /dev holds kmsg, consoles, kvm, fuse, loop and a shared /dev/shm.
+    lines += [f"hostname {HOSTNAME}", "private-dev", "read-only /", "read-only /proc"]
     if not spec.network:
         lines += ["net none", *_SOCKET_FILTER]
     if spec.scratch:
