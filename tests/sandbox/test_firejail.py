@@ -114,3 +114,33 @@ def test_process_limit_counts_exactly_the_tools_processes_under_firejail(project
     script = "sleep 0.1 & sleep 0.1 & wait; echo done"
     assert_denied(sh(sandbox(project, limits={"processes": 2}), script), "sandbox.limit.processes")
     assert sh(sandbox(project, limits={"processes": 3}), script).stdout == b"done\n"
+
+
+#: Names a firejail profile line would not take literally: a glob class (matching the decoy
+#: beside it instead), a comment mark, trailing blanks, a character firejail rejects.
+ODD_NAMES = ("[u]", "u#x", "u ", "u\t", "u,", "u{x}")
+
+
+@pytest.mark.parametrize("odd", ODD_NAMES)
+def test_credentials_and_undeclared_paths_with_odd_names_stay_hidden_under_firejail(
+    project: Project, odd: str
+):
+    (project.root / "src" / ".env.u").write_text("decoy\n")
+    (project.root / "src" / f".env.{odd}").write_text("DB_PASSWORD=odd-credential\n")
+    outside = project.root.parent / f"undeclared-{odd}"
+    outside.mkdir()
+    (outside / "data.txt").write_text("odd undeclared place\n")
+    (project.root.parent / "undeclared-u").mkdir()
+    box = sandbox(project)
+    script = f'cat "src/.env.{odd}"; cat "{outside}/data.txt"; echo ran'
+    outcome = box.run(["/bin/sh", "-c", script])
+    assert outcome.stdout == b"ran\n", outcome
+
+
+def test_write_root_with_a_blank_is_writable_and_never_widened_under_firejail(project: Project):
+    box = sandbox(project, filesystem={"read": ["./src/**"], "write": ["./out  dir/**"]})
+    assert sh(box, 'echo made > "out  dir/f"').exit_code == 0
+    assert (project.root / "out  dir" / "f").read_text() == "made\n"
+    (project.root / "out__dir").mkdir()  # what a glob for the blanks would also match
+    with pytest.raises(SandboxError, match="also making"):
+        sh(box, 'echo made > "out  dir/f"')

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import glob
 import hashlib
 import os
 import shutil
@@ -44,6 +45,45 @@ _SOCKET_FILTER = (
     "seccomp.block-secondary",
     "seccomp.drop io_uring_setup,io_uring_enter,io_uring_register",
 )
+#: ASCII characters a firejail profile path takes literally. Any other is a glob (``*?[]``),
+#: a comment (``#``), a blank it trims or collapses, a character it rejects (``,'"{}&;``…) or
+#: part of a macro (``${HOME}``); non-ASCII characters are taken literally.
+_LITERAL = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._+-@=:~"
+)
+
+
+def _as_glob(path: str) -> str:
+    """``path`` as a firejail glob that matches it: ``?`` for every character firejail
+    would not take literally (an undecodable byte, kept as a surrogate, is one such)."""
+    return "".join(
+        ch if ch in _LITERAL or (ord(ch) > 0x7F and not 0xD800 <= ord(ch) <= 0xDFFF) else "?"
+        for ch in path
+    )
+
+
+def _blacklist(path: str, visible: Sequence[str]) -> str:
+    """The line hiding ``path``; a glob that would also hide a visible path is refused."""
+    pattern = _as_glob(path)
+    if pattern != path:
+        for match in glob.glob(pattern):
+            if any(is_within(keep, match) for keep in visible):
+                raise SandboxError(
+                    f"firejail cannot hide {path!r} by name without hiding {match!r}, which "
+                    f"the tool must see; rename it or use bwrap"
+                )
+    return f"blacklist {pattern}"
+
+
+def _read_write(path: str) -> str:
+    """The line making ``path`` writable; refused when its glob would match anything else."""
+    pattern = _as_glob(path)
+    if pattern != path and glob.glob(pattern) != [path]:
+        raise SandboxError(
+            f"firejail cannot name the write root {path!r} without also making "
+            f"{sorted(set(glob.glob(pattern)) - {path})!r} writable; rename it or use bwrap"
+        )
+    return f"read-write {pattern}"
 
 
 def firejail_profile(spec: SandboxSpec) -> str:
@@ -63,10 +103,10 @@ def firejail_profile(spec: SandboxSpec) -> str:
                 f"{', '.join(under_tmp)}"
             )
         lines.append("private-tmp")
-    lines += [f"read-write {path}" for path in spec.write_roots]
+    lines += [_read_write(path) for path in spec.write_roots]
     visible = (*spec.visible(), *_FIREJAIL_OWN, spec.working_dir)
-    lines += [f"blacklist {path}" for path in off_path("/", visible)]
-    lines += [f"blacklist {path}" for path in (*spec.covered(), *proc_hidden())]
+    hidden = (*off_path("/", visible), *spec.covered(), *proc_hidden())
+    lines += [_blacklist(path, visible) for path in hidden]
     if any("\n" in line for line in lines):
         raise SandboxError("a path containing a newline cannot be written to a firejail profile")
     return "\n".join(lines) + "\n"
