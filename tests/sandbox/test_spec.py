@@ -305,3 +305,23 @@ def test_a_declared_root_inside_the_runtime_directories_is_not_scanned(tmp_path:
     spec = build_spec(policy(filesystem={"read": ["/usr/**", "./**"]}), working_dir=str(tmp_path),
                       environ={}, scan_limit=10)
     assert "/usr" in spec.read_roots
+
+
+def test_a_tool_working_dir_that_leads_out_through_a_symlink_is_refused_before_anything(
+    tmp_path: Path
+):
+    # The tool's working_dir is what its relative roots are written against: with
+    # ./sub -> outside, "./**" would bind outside and "./build/**" would be created there.
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (work / "sub").symlink_to(outside)
+    fs = {"read": ["./**"], "write": ["./build/**"]}
+    for spelled in ("sub", "./sub", "./sub/", str(work / "sub"), "./x/../sub"):
+        with pytest.raises(SandboxError, match="symlink"):
+            spec_for(work, working_dir=spelled, filesystem=fs)
+    assert not (outside / "build").exists()
+    (work / "current").symlink_to(work / "releases")
+    (work / "releases").mkdir()
+    inside = spec_for(work, working_dir="./current", filesystem=fs)
+    assert inside.working_dir == str(work / "releases")

@@ -200,6 +200,28 @@ def check_roots(patterns: Iterable[str], working_dir: str, follow: Collection[st
             raise SandboxError(f"sandbox root refused: {problem}")
 
 
+def tool_working_dir(declared: str | None, working_dir: str, follow: Collection[str]) -> str:
+    """The real directory a tool's ``working_dir`` names, below ``working_dir``.
+
+    It is what the tool's relative roots are written against, so it is a root too: one that a
+    symlink leads out of where it was written (``working_dir: ./sub`` with ``./sub -> /etc``)
+    is refused like any other, unless listed in ``filesystem.follow_symlinks``.
+    """
+    if not declared:
+        return os.path.realpath(working_dir)
+    if _has_wildcard(declared):
+        raise SandboxError(
+            f"sandbox working directory refused: {declared!r} holds wildcard characters, so "
+            f"whether it leads out through a symlink cannot be checked"
+        )
+    # Taken literally, as the path gate takes a tool's working_dir: "~" is no home here.
+    spelled = "./" + declared if declared.startswith("~") else declared
+    problem = None if declared in follow else root_escape(spelled, working_dir)
+    if problem is not None:
+        raise SandboxError(f"sandbox working directory refused: {problem}")
+    return os.path.realpath(os.path.join(working_dir, declared))
+
+
 def _scanned(roots: tuple[str, ...], runtime: tuple[str, ...]) -> tuple[str, ...]:
     """The declared roots the credential scan walks: those a runtime root does not already
     show to every tool (declaring ``/usr/**`` changes nothing about what ``/usr`` holds)."""
@@ -220,8 +242,8 @@ def build_spec(
     cannot finish within ``scan_limit`` entries.
     """
     check_supported(policy)
-    cwd = os.path.realpath(os.path.join(working_dir, policy.working_dir or "."))
     fs = policy.filesystem
+    cwd = tool_working_dir(policy.working_dir, working_dir, fs.follow_symlinks if fs else ())
     write_globs, read_globs = (fs.write or (), fs.read or ()) if fs else ((), ())
     check_roots((*write_globs, *read_globs), cwd, fs.follow_symlinks if fs else ())
     writes = _write_roots(write_globs, cwd)
