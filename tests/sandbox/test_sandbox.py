@@ -393,3 +393,32 @@ def test_host_devices_and_host_shm_are_out_of_reach(project: Project, backend: s
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"/dev/shm/{probe}")
+
+
+TLS_FILES = """
+    import os, ssl
+    try:
+        found = os.stat("/etc/ssl/private")
+        print("private", found.st_dev, found.st_ino)
+    except OSError as exc:
+        print("private absent", exc.errno)
+    paths = ssl.get_default_verify_paths()
+    context = ssl.create_default_context()
+    context.load_verify_locations(cafile=paths.cafile, capath=paths.capath)
+    print("trusted", context.cert_store_stats()["x509_ca"] > 0)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/etc/ssl/private") or not os.path.isdir("/etc/ssl/certs"),
+                    reason="this host keeps no TLS private key directory at /etc/ssl/private")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_network_allow_shows_the_trusted_certificates_but_not_the_hosts_private_keys(
+    project: Project, backend: str
+):
+    host = os.stat("/etc/ssl/private")
+    outcome = python(confined(project, backend, network="allow"), TLS_FILES)
+    lines = outcome.stdout.decode().splitlines()
+    # Absent (bwrap) or covered by an empty directory (firejail): never the host's directory.
+    assert lines[0] != f"private {host.st_dev} {host.st_ino}", outcome
+    assert lines[0].startswith("private "), outcome
+    assert lines[1] == "trusted True", outcome

@@ -53,12 +53,15 @@ RUNTIME_ROOTS: tuple[str, ...] = (
     "/etc/ld.so.conf.d",
     "/etc/alternatives",
 )
-#: Files a program needs to resolve names when the network is allowed.
+#: Files a program needs to resolve names and trust TLS servers when the network is allowed.
+#: Of ``/etc/ssl`` only the public parts: ``/etc/ssl/private`` holds the host's TLS keys, which
+#: a sandbox started by root (kernel uid 0) could otherwise read.
 NETWORK_FILES: tuple[str, ...] = (
     "/etc/resolv.conf",
     "/etc/hosts",
     "/etc/nsswitch.conf",
-    "/etc/ssl",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
     "/etc/ca-certificates",
 )
 _WILDCARDS = frozenset("*?[")
