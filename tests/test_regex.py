@@ -18,6 +18,7 @@ from callgate._regex import (
     SubjectError,
     check_pattern,
     compile_policy_pattern,
+    compile_search_regex,
 )
 
 _ORDER = "le" if sys.byteorder == "little" else "be"
@@ -155,6 +156,29 @@ def test_known_differences_between_the_engines_keep_pythons_meaning(
 ) -> None:
     expected = re.search(pattern, text) is not None
     assert compile_policy_pattern(pattern).matches(text) is expected
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.builds(lambda flags, body: flags + body,
+                 st.sampled_from(["", "(?i)", "(?s)", "(?m)", "(?a)", "(?is)", "(?ia)"]),
+                 _pattern(2)),
+       _SUBJECTS)
+def test_a_search_regex_finds_the_spans_and_groups_python_finds(raw: str, text: str) -> None:
+    # The guards read what their expressions found: every match, and its groups, must be
+    # Python's (lazy repeats stay lazy, groups keep their numbers).
+    pattern = _unique_group_names(raw)
+    try:
+        regex = compile_search_regex(pattern)
+    except PatternError:
+        return  # refused: never used
+    found = [(m.span(), m.groups()) for m in regex.finditer(text)]
+    assert found == [(m.span(), m.groups()) for m in re.finditer(pattern, text)], pattern
+
+
+@pytest.mark.parametrize("pattern", ["a$", "x*", "(?:a|)", r"\b"])
+def test_a_search_regex_refuses_plain_dollar_and_empty_matches(pattern: str) -> None:
+    with pytest.raises(PatternError):
+        compile_search_regex(pattern)
 
 
 @pytest.mark.parametrize(

@@ -126,6 +126,32 @@ def compile_policy_pattern(
     return PolicyPattern(text, translated, mode, _re2_compile(translated))
 
 
+def compile_search_regex(text: str) -> Any:
+    """Compile one of callgate's own expressions to an RE2 regexp with Python's meaning.
+
+    For fixed expressions that search attacker-supplied text and read what they found (the
+    guards' credential shapes): capturing groups keep their numbers and lazy repeats stay lazy,
+    so ``finditer``, ``group`` and ``lastindex`` answer as Python's would, in time linear in the
+    text. A plain ``$`` is refused (write ``\\Z`` or ``(?m)$``), and so is a pattern that can
+    match the empty string (RE2's ``finditer`` repeats an empty match at the end of a text).
+    Raises ``PatternError``.
+    """
+    tree = _parse(text)
+    if tree.getwidth()[0] == 0:
+        raise PatternError("pattern can match the empty string")
+    try:
+        translated = _Translator("search", groups=True).sequence(
+            list(tree), tree.state.flags, tail=False)
+    except _Refused as exc:
+        raise PatternError(str(exc)) from None
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(translated, options)
+    except re2.error as exc:
+        raise PatternError(f"pattern is too large for the linear-time engine ({exc})") from exc
+
+
 def check_pattern(text: str) -> str | None:
     """Why a policy pattern is refused, or None when it compiles (the loader's check)."""
     try:
@@ -166,8 +192,10 @@ def _re2_compile(translated: str) -> Any:
 class _Translator:
     """Emits RE2 syntax for one parsed pattern; raises ``_Refused`` at what it cannot keep."""
 
-    def __init__(self, mode: Mode) -> None:
+    def __init__(self, mode: Mode, *, groups: bool = False) -> None:
         self.mode = mode
+        # Keep capturing groups and lazy repeats (what was found is read, not only whether).
+        self.groups = groups
 
     def sequence(self, items: Sequence[Any], flags: int, *, tail: bool) -> str:
         """RE2 text for ``items``; ``tail`` when nothing after them can consume a character."""
@@ -190,11 +218,13 @@ class _Translator:
             return _emit_set(_item_set(op, av, flags))
         if op == _c.SUBPATTERN:
             inner = _combine(flags, av[1], av[2])
-            return "(?:" + self.sequence(list(av[3]), inner, tail=tail) + ")"
+            opener = "(" if self.groups and av[0] is not None else "(?:"
+            return opener + self.sequence(list(av[3]), inner, tail=tail) + ")"
         if op == _c.BRANCH:
             return "(?:" + "|".join(self.sequence(list(a), flags, tail=tail) for a in av[1]) + ")"
         if op in _REPEATS:
-            return self.repeat(av, flags)
+            lazy = "?" if self.groups and op == _c.MIN_REPEAT else ""
+            return self.repeat(av, flags) + lazy
         if op == _c.AT:
             return self.anchor(av, flags, tail=tail)
         raise _Refused(_unsupported(op))

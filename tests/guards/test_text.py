@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import pytest
+
 from callgate.guards._text import (
     entropy,
     high_entropy_tokens,
@@ -38,3 +43,57 @@ def test_secret_assignments_and_high_entropy_tokens() -> None:
     assert secret_assignments(text) == ["Xk29vLq7", "abcdef123456"]
     assert high_entropy_tokens("see docs.python.org/library and wJalrXUtnFEMI/K7MDENG/bPxRfi") \
         == ["wJalrXUtnFEMI/K7MDENG/bPxRfi"]
+
+
+# Texts an agent (or a page it fetched) can supply on which a backtracking engine takes time
+# quadratic or worse in their length: many starts of a shape that each scan to the end, and
+# lines whose leading blanks or secret-like names every later start scans again.
+_MIB = 1 << 20
+_ADVERSARIAL = {
+    "jwt starts": "'-eyJ' * (_MIB // 4)",
+    "pem begins": "'-----BEGIN PRIVATE KEY-----' * (_MIB // 27)",
+    "pem ends": "('-----BEGIN PRIVATE KEY-----' + 'x' * 20 + '-----END ') * (_MIB // 60)",
+    "blank lines": "'\\n' * _MIB + 'x'",
+    "secret names": "'token' * (_MIB // 5)",
+    "quoted blanks": "'\\n\"' * (_MIB // 2)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ADVERSARIAL))
+def test_credential_scans_of_a_1mib_adversarial_text_finish_in_a_child_bounded_by_a_timeout(
+    name: str
+) -> None:
+    # A child process, so a regression is a timeout (failure), never a hung test run. Linear
+    # scans take well under a second; the backtracking ones took minutes to hours.
+    code = (
+        "from callgate.guards._text import key_shapes, secret_assignments, high_entropy_tokens\n"
+        f"_MIB = {_MIB}\ntext = {_ADVERSARIAL[name]}\n"
+        "key_shapes(text); secret_assignments(text); high_entropy_tokens(text)\n"
+        "print('done')\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"scanning {name} ({_ADVERSARIAL[name]}) did not finish in 60 s")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "done\n"
+
+
+def test_credential_shapes_keep_what_python_finds_in_ordinary_text() -> None:
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1234567\n-----END RSA PRIVATE KEY-----"
+    aws = "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "x" * 10
+    text = f"a {pem} b {pem} AWS_SECRET_ACCESS_KEY = '{aws}' eyJhbGciOiJI.eyJzdWIiOiIx.c2lnbmF0dXJl"
+    found = key_shapes(text)
+    assert found.count(("pem-private-key", pem)) == 2  # lazy: two keys, not one span
+    assert ("aws-secret-key", aws) in found
+    assert ("jwt", "eyJhbGciOiJI.eyJzdWIiOiIx.c2lnbmF0dXJl") in found
+    assert secret_assignments('  "Api_Key": "abc123def"\nPASSWD=hunter22 # x\n') == [
+        "abc123def", "hunter22"]
+
+
+def test_text_with_a_lone_surrogate_is_scanned_not_raised_on() -> None:
+    # The decoder turns a "\\ud800" escape into a lone surrogate, which has no UTF-8 form.
+    assert key_shapes("\ud800 AKIAQ3EGRT7ZKXN4PL2M \udfff") == [
+        ("aws-access-key", "AKIAQ3EGRT7ZKXN4PL2M")]
+    assert secret_assignments("\udc80\nPASSWORD=hunter22\ud800") == ["hunter22\ufffd"]

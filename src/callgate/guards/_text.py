@@ -14,26 +14,32 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from callgate._regex import compile_search_regex
+
 #: How deep parameters are walked; the kernel refuses deeper nesting before guards run.
 MAX_DEPTH = 40
 _HEX_ONLY = re.compile(r"^[0-9a-fA-F]+$")
 _B64_ONLY = re.compile(r"^[A-Za-z0-9+/_-]+={0,2}$")
 
-#: Shapes of credentials that are secret wherever they appear.
-KEY_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("pem-private-key", re.compile(
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]{16,}?-----END [A-Z0-9 ]*PRIVATE KEY-----")),
-    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("aws-secret-key", re.compile(
-        r"(?i)aws_secret_access_key\s*[=:]\s*['\"]?([A-Za-z0-9/+=]{40})")),
-    ("github-token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b")),
-    ("slack-token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b")),
-    ("api-key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b")),
-    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
-)
+#: Shapes of credentials that are secret wherever they appear. They search agent-supplied text
+#: (every decoded form of every parameter) and what reads return, so they run on RE2 with
+#: Python's meaning (``callgate._regex``): linear in the text, where Python's engine took time
+#: quadratic in it (``-eyJ`` or ``-----BEGIN PRIVATE KEY-----`` repeated) or worse (blank lines
+#: before the assignment pattern). Word boundaries are ASCII (``(?a)``), like the classes.
+KEY_SHAPES: tuple[tuple[str, Any], ...] = tuple((name, compile_search_regex(pattern)) for
+                                                name, pattern in (
+    ("pem-private-key",
+     r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]{16,}?-----END [A-Z0-9 ]*PRIVATE KEY-----"),
+    ("aws-access-key", r"(?a)\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    ("aws-secret-key", r"(?i)aws_secret_access_key\s*[=:]\s*['\"]?([A-Za-z0-9/+=]{40})"),
+    ("github-token", r"(?a)\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
+    ("slack-token", r"(?a)\bxox[abprs]-[A-Za-z0-9-]{10,}\b"),
+    ("api-key", r"(?a)\bsk-[A-Za-z0-9_-]{20,}\b"),
+    ("google-api-key", r"(?a)\bAIza[0-9A-Za-z_-]{35}\b"),
+    ("jwt", r"(?a)\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+))
 #: ``NAME=value`` / ``name: value`` / ``"name": "value"`` lines whose name says "secret".
-_SECRET_ASSIGNMENT = re.compile(
+_SECRET_ASSIGNMENT: Any = compile_search_regex(
     r"""(?im)^[\s"']*([A-Za-z0-9_.-]*(?:pass(?:word|wd)?|secret|token|api[_-]?key|"""
     r"""private[_-]?key|credential|auth)[A-Za-z0-9_.-]*)["']?\s*[=:]\s*["']?([^\s"',#]{6,})""")
 #: Token-like runs that are candidates for high-entropy secrets.
@@ -93,6 +99,20 @@ def looks_encoded(text: str, *, min_len: int) -> bool:
 CACHED_CHARS = 1024
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scannable(text: str) -> str:
+    """``text`` with each lone surrogate (no UTF-8 form, so RE2 cannot read it) replaced by
+    U+FFFD, one character for one: a ``\\ud800`` escape the decoder undid, or a tool's output,
+    is scanned rather than raising."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
 def key_shapes(text: str) -> list[tuple[str, str]]:
     """(shape name, matched text) for every credential shape found in ``text``."""
     if len(text) <= CACHED_CHARS:
@@ -107,6 +127,7 @@ def _key_shapes_cached(text: str) -> tuple[tuple[str, str], ...]:
 
 def _key_shapes(text: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
+    text = scannable(text)
     for name, pattern in KEY_SHAPES:
         for match in pattern.finditer(text):
             found.append((name, match.group(match.lastindex or 0)))
@@ -115,7 +136,7 @@ def _key_shapes(text: str) -> list[tuple[str, str]]:
 
 def secret_assignments(text: str) -> list[str]:
     """The values of lines that assign something named like a secret (``DB_PASSWORD=...``)."""
-    return [m.group(2) for m in _SECRET_ASSIGNMENT.finditer(text)]
+    return [m.group(2) for m in _SECRET_ASSIGNMENT.finditer(scannable(text))]
 
 
 def high_entropy_tokens(text: str, *, min_len: int = 20, min_bits: float = 3.5) -> list[str]:
