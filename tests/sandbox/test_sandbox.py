@@ -422,3 +422,43 @@ def test_network_allow_shows_the_trusted_certificates_but_not_the_hosts_private_
     assert lines[0] != f"private {host.st_dev} {host.st_ino}", outcome
     assert lines[0].startswith("private "), outcome
     assert lines[1] == "trusted True", outcome
+
+
+#: Every way to give a file in the write root a set-user-ID or set-group-ID bit; prints what
+#: each attempt got, then the mode bits that ended up on disk.
+SETUID_FILES = """
+    import os, stat, shutil
+    os.chdir("build")
+    shutil.copy("/usr/bin/true", "plain")
+    attempts = {
+        "chmod": lambda: os.chmod("plain", 0o4755),
+        "chmod-gid": lambda: os.chmod("plain", 0o2755),
+        "fchmod": lambda: os.fchmod(os.open("plain", os.O_RDONLY), 0o6755),
+        "open": lambda: os.close(os.open("made", os.O_CREAT | os.O_WRONLY, 0o4755)),
+        "mknod": lambda: os.mknod("node", stat.S_IFREG | 0o4755),
+        "mkdir": lambda: os.mkdir("dir", 0o2755),
+    }
+    for name, attempt in attempts.items():
+        try:
+            attempt()
+            print(name, "done")
+        except OSError as exc:
+            print(name, "refused", exc.errno)
+    os.chmod("plain", 0o755)
+    print("plain chmod", oct(os.stat("plain").st_mode & 0o7777))
+"""
+
+
+@pytest.mark.parametrize("network", ["deny", "allow"])
+@pytest.mark.skipif("bwrap" not in available_backends(), reason="bwrap cannot start here")
+def test_a_tool_cannot_leave_a_setuid_or_setgid_file_in_its_write_root(
+    project: Project, network: str
+):
+    outcome = python(confined(project, "bwrap", network=network), SETUID_FILES)
+    lines = outcome.stdout.decode().splitlines()
+    assert lines[:-1] == [f"{name} refused 1" for name in
+                          ("chmod", "chmod-gid", "fchmod", "open", "mknod", "mkdir")], outcome
+    assert lines[-1] == "plain chmod 0o755"
+    for top, dirs, files in os.walk(project.root / "build"):
+        for name in dirs + files:
+            assert not os.lstat(os.path.join(top, name)).st_mode & 0o6000, name

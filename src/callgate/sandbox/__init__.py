@@ -147,8 +147,9 @@ class Sandbox:
         """
         check_supported(policy)
         chosen, executable = _choose(backend, allow_unconfined, search_path)
-        if chosen == "bwrap" and policy.network != "allow":
-            seccomp.socket_filter()  # refuse now on a machine the filter is not written for
+        if chosen == "bwrap":
+            # Refuse now on a machine the filter is not written for.
+            seccomp.sandbox_filter(network=policy.network == "allow")
         launcher = {"bwrap": bwrap.LAUNCHER_TASKS, "firejail": firejail.LAUNCHER_TASKS}
         plan = plan_limits(
             policy.limits,
@@ -210,9 +211,9 @@ class Sandbox:
     def command(self, argv: Sequence[str], *, seccomp_fd: int | None = None) -> list[str]:
         """The full wrapped argv ``run`` would start (its cgroup name is a placeholder).
 
-        For bwrap with the network denied, ``seccomp_fd`` is the descriptor that will hold
-        ``seccomp.socket_filter()`` when the argv starts (see ``seccomp.filter_fd``); without
-        it the argv names a placeholder that bwrap refuses.
+        For bwrap, ``seccomp_fd`` is the descriptor that will hold
+        ``seccomp.sandbox_filter(network=...)`` when the argv starts (see
+        ``seccomp.filter_fd``); without it the argv names a placeholder that bwrap refuses.
         """
         base = self.plan.cgroup_base
         procs = None if base is None else os.path.join(base, "run-<id>", "cgroup.procs")
@@ -253,8 +254,8 @@ class Sandbox:
         status_r, status_w = os.pipe() if self.backend == "bwrap" else (-1, -1)
         filter_fd = -1
         try:
-            if self.backend == "bwrap" and not spec.network:
-                filter_fd = seccomp.filter_fd(seccomp.socket_filter())
+            if self.backend == "bwrap":
+                filter_fd = seccomp.filter_fd(seccomp.sandbox_filter(network=spec.network))
             wrapped = self._wrap(
                 spec,
                 argv,

@@ -13,8 +13,9 @@ the capabilities; bwrap's own read-only cover of ``/proc/sys`` is skipped when i
 probe says it is not writable, which is what it says for uid 0. The tool runs as uid/gid 65534
 in its own user, pid, ipc, uts, cgroup and (unless the network is allowed) network
 namespaces, with no capabilities, in a new session, with a cleared environment, and dies with
-its launcher. With the network denied, the ``seccomp`` filter (read from a descriptor)
-refuses sockets that could reach a host Unix socket by path.
+its launcher, under the ``seccomp`` filter (read from a descriptor): no setuid or setgid
+file (a root-started tool's files belong to root on the host), and with the network denied no
+socket that could reach a host Unix socket by path.
 """
 
 from __future__ import annotations
@@ -101,9 +102,8 @@ def bwrap_argv(
 ) -> list[str]:
     """The full bwrap command line that runs ``argv`` confined by ``spec``.
 
-    With the network denied, ``seccomp_fd`` is the descriptor holding
-    ``seccomp.socket_filter()`` in the process that starts the command (None writes
-    ``SECCOMP_FD_PLACEHOLDER``).
+    ``seccomp_fd`` is the descriptor holding ``seccomp.sandbox_filter(network=...)`` in the
+    process that starts the command (None writes ``SECCOMP_FD_PLACEHOLDER``).
     """
     out = [executable, "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     out += ["--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
@@ -119,8 +119,7 @@ def bwrap_argv(
     out += ["--remount-ro", "/proc"]
     if "/" not in spec.write_roots:
         out += ["--remount-ro", "/"]
-    if not spec.network:
-        out += ["--seccomp", SECCOMP_FD_PLACEHOLDER if seccomp_fd is None else str(seccomp_fd)]
+    out += ["--seccomp", SECCOMP_FD_PLACEHOLDER if seccomp_fd is None else str(seccomp_fd)]
     out += ["--chdir", spec.working_dir]
     if status_fd is not None:
         out += ["--json-status-fd", str(status_fd)]

@@ -15,8 +15,8 @@ The signals, in the order they are checked:
 * stderr shows ``EACCES`` ("Permission denied") on a masked credential path, or ``ENOENT``
   (bwrap) / ``EACCES`` (firejail) on a path that exists on the host but is outside every
   visible root: ``sandbox.read``;
-* with the network denied, the tool died of ``SIGSYS`` (a system call through another ABI,
-  which the socket filter kills): ``sandbox.syscall``;
+* the tool died of ``SIGSYS`` (a system call through another ABI, which the seccomp filter
+  kills): ``sandbox.syscall``;
 * stderr shows ``EACCES`` on a hidden shell (``/bin/sh``, or any path resolving to one):
   ``sandbox.exec``;
 * with the network unshared, stderr shows ``ENETUNREACH`` / ``ECONNREFUSED`` / a failed name
@@ -175,7 +175,7 @@ def _limits(
     exit_code: int | None, low_err: str, pids_hit: bool, spec: SandboxSpec
 ) -> Confinement | None:
     limits = spec.limits
-    if not spec.network and exit_code in (_EXIT_SIGSYS, -signal.SIGSYS):
+    if exit_code in (_EXIT_SIGSYS, -signal.SIGSYS):
         return Confinement(
             "sandbox.syscall",
             "a system call through another ABI (i386 or x32) was refused (SIGSYS)",
