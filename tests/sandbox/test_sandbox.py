@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import os
 import socket
@@ -462,3 +463,45 @@ def test_a_tool_cannot_leave_a_setuid_or_setgid_file_in_its_write_root(
     for top, dirs, files in os.walk(project.root / "build"):
         for name in dirs + files:
             assert not os.lstat(os.path.join(top, name)).st_mode & 0o6000, name
+
+
+KEYRING_READER = """
+    import ctypes, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    keyctl = {"x86_64": 250, "aarch64": 219}[__import__("os").uname().machine]
+    buffer = ctypes.create_string_buffer(256)
+    got = libc.syscall(keyctl, 11, ctypes.c_long(int(sys.argv[1])), buffer, 256)  # KEYCTL_READ
+    print("read", buffer.raw[:got] if got > 0 else ctypes.get_errno())
+"""
+
+
+@pytest.fixture
+def session_key() -> Iterator[int]:
+    """A key in a fresh session keyring of this process (as a login's Kerberos ticket is)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    numbers = {"x86_64": (248, 250), "aarch64": (217, 219)}.get(os.uname().machine)
+    if numbers is None:
+        pytest.skip("keyring system call numbers are written here for x86-64 and aarch64 only")
+    add_key, keyctl = numbers
+    if libc.syscall(keyctl, 1, None) < 0:  # KEYCTL_JOIN_SESSION_KEYRING, anonymous
+        pytest.skip("this process cannot join a session keyring")
+    key = libc.syscall(add_key, b"user", b"callgate-test", b"keyring-secret", 14,
+                       ctypes.c_long(-3))  # KEY_SPEC_SESSION_KEYRING
+    assert key > 0, ctypes.get_errno()
+    try:
+        yield key
+    finally:
+        libc.syscall(keyctl, 3, ctypes.c_long(key))  # KEYCTL_REVOKE
+
+
+@pytest.mark.parametrize("network", ["deny", "allow"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tool_cannot_read_the_callers_session_keyring(
+    project: Project, backend: str, network: str, session_key: int
+):
+    box = confined(project, backend, network=network)
+    outcome = box.run(["python3", "-c", textwrap.dedent(KEYRING_READER), str(session_key)])
+    assert outcome.stdout.startswith(b"read "), outcome
+    assert b"keyring-secret" not in outcome.stdout

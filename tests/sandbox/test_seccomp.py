@@ -158,3 +158,14 @@ def test_with_the_network_allowed_sockets_pass_and_openat2_io_uring_and_abis_sti
     assert run(program, nr=socket_nr, arch=I386) == KILL
     if machine == "x86_64":
         assert run(program, nr=41 | 0x40000000, arch=X86_64) == KILL
+
+
+@pytest.mark.parametrize("network", [True, False])
+@pytest.mark.parametrize(("machine", "arch", "numbers"), [
+    ("x86_64", X86_64, (248, 249, 250)), ("aarch64", AARCH64, (217, 218, 219))])
+def test_the_kernel_keyrings_are_refused_whatever_the_network(
+    machine: str, arch: int, numbers: tuple[int, ...], network: bool
+):
+    program = sandbox_filter(machine, network=network)
+    for nr in numbers:  # add_key, request_key, keyctl
+        assert errno_of(run(program, nr=nr, arch=arch, arg0=11)) == 38

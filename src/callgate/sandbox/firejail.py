@@ -7,10 +7,11 @@ path that leads away from the visible roots, for credential paths, hidden shells
 ``/proc`` entries of ``procfs.PROC_HIDDEN`` (a hidden directory fails with ``EACCES``; a hidden
 file reads as empty when the caller is root), ``--net=none`` unless the network is allowed,
 with its socket filter (``protocol inet,inet6,netlink``: other families fail with
-``EOPNOTSUPP``; io_uring and the secondary system call ABIs are refused), a new ipc namespace
-and hostname, no capabilities, no new privileges, no supplementary groups, and an environment
-cleared with ``env -i``. The options go in a generated profile file, because firejail caps its
-command line at 128 arguments.
+``EOPNOTSUPP``; io_uring and the secondary system call ABIs are refused), the kernel keyring
+system calls dropped whatever the network (the caller's session keyring is inherited), a new
+ipc namespace and hostname, no capabilities, no new privileges, no supplementary groups, and an
+environment cleared with ``env -i``. The options go in a generated profile file, because
+firejail caps its command line at 128 arguments.
 
 Differences from bwrap, all documented in ``docs/sandbox.md``: the tool keeps the caller's uid,
 ``/run/firejail`` must stay visible for firejail itself, ``/tmp`` is read-only rather than
@@ -38,13 +39,12 @@ HOSTNAME = "callgate-sandbox"
 LAUNCHER_TASKS = 2
 #: Paths firejail needs to stay visible for itself.
 _FIREJAIL_OWN = ("/proc", "/dev", "/run/firejail")
+#: Always refused: the kernel keyrings (the tool would read the caller's session keyring).
+_KEYRING_CALLS = ("add_key", "request_key", "keyctl")
 #: With the network denied: the socket families left (as bwrap's filter), io_uring refused,
 #: the i386 and x32 system call entries refused.
-_SOCKET_FILTER = (
-    "protocol inet,inet6,netlink",
-    "seccomp.block-secondary",
-    "seccomp.drop io_uring_setup,io_uring_enter,io_uring_register",
-)
+_SOCKET_FILTER = ("protocol inet,inet6,netlink", "seccomp.block-secondary")
+_IO_URING_CALLS = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 #: ASCII characters a firejail profile path takes literally. Any other is a glob (``*?[]``),
 #: a comment (``#``), a blank it trims or collapses, a character it rejects (``,'"{}&;``…) or
 #: part of a macro (``${HOME}``); non-ASCII characters are taken literally.
@@ -92,8 +92,11 @@ def firejail_profile(spec: SandboxSpec) -> str:
     # private-dev: a fresh /dev with the harmless nodes and a private /dev/shm, as bwrap's
     # --dev; the host's /dev holds kmsg, consoles, kvm, fuse, loop and a shared /dev/shm.
     lines += [f"hostname {HOSTNAME}", "private-dev", "read-only /", "read-only /proc"]
+    dropped: tuple[str, ...] = _KEYRING_CALLS
     if not spec.network:
         lines += ["net none", *_SOCKET_FILTER]
+        dropped += _IO_URING_CALLS
+    lines.append("seccomp.drop " + ",".join(dropped))
     if spec.scratch:
         under_tmp = [root for root in spec.visible() if is_within(root, "/tmp")]
         if under_tmp:

@@ -1,15 +1,18 @@
 """The seccomp filter every bubblewrap sandbox runs under.
 
 **Always** — whatever the network — the filter refuses to make a file setuid or setgid
-(``EPERM``), as systemd's ``RestrictSUIDSGID=`` does. A sandbox started by root runs the tool as
-kernel uid 0, so a file it creates in a write root is owned by root on the host; with the
+(``EPERM``), as systemd's ``RestrictSUIDSGID=`` does. A sandbox started by root runs the tool
+as kernel uid 0, so a file it creates in a write root is owned by root on the host; with the
 set-user-ID bit, any host user who runs it becomes root (and under a non-root caller, becomes
 that caller). Refused: ``chmod``, ``fchmod``, ``fchmodat``, ``fchmodat2``, ``mkdir``,
 ``mkdirat``, ``mknod`` and ``mknodat`` with ``S_ISUID`` or ``S_ISGID`` in the mode, and
 ``open``, ``openat`` and ``creat`` creating a file (``O_CREAT`` or ``O_TMPFILE``) with either
 bit. ``openat2`` (whose mode is behind a pointer a filter cannot read) and io_uring (whose
-``OPENAT`` and ``SOCKET`` operations bypass the system calls above) fail with ``ENOSYS``;
-C libraries fall back to plain system calls on ``ENOSYS``. A system call made through another
+``OPENAT`` and ``SOCKET`` operations bypass the system calls above) fail with ``ENOSYS``; C
+libraries fall back to plain system calls on ``ENOSYS``. The kernel keyrings (``add_key``,
+``request_key``, ``keyctl``) fail with ``ENOSYS`` too: the tool would otherwise read the keys
+of the caller's session keyring, which it inherits (Kerberos tickets, tokens a keyring library
+stored), as container runtimes' default filters refuse them. A system call made through another
 ABI — the i386 ``int 0x80`` entry or the x32 numbers on x86-64 — kills the process, as its
 numbers and arguments are not the ones checked here.
 
@@ -84,6 +87,7 @@ class _Machine:
     socket_nr: int
     has_x32: bool
     mode_calls: tuple[_ModeCall, ...]
+    keyring_calls: tuple[int, ...]  # add_key, request_key, keyctl
 
 
 _MACHINES = {
@@ -99,7 +103,7 @@ _MACHINES = {
         _ModeCall(258, 2),       # mkdirat
         _ModeCall(133, 1),       # mknod
         _ModeCall(259, 2),       # mknodat
-    )),
+    ), keyring_calls=(248, 249, 250)),
     "aarch64": _Machine(audit_arch=0xC00000B7, socket_nr=198, has_x32=False, mode_calls=(
         _ModeCall(56, 3, 2),     # openat
         _ModeCall(52, 1),        # fchmod
@@ -107,7 +111,7 @@ _MACHINES = {
         _ModeCall(452, 2),       # fchmodat2
         _ModeCall(34, 2),        # mkdirat
         _ModeCall(33, 2),        # mknodat
-    )),
+    ), keyring_calls=(217, 218, 219)),
 }
 _ALLOWED_FAMILIES = (int(socket.AF_INET), int(socket.AF_INET6), _AF_NETLINK)
 
@@ -134,7 +138,8 @@ def _program(machine: _Machine, network: bool) -> bytes:
     ]
     if machine.has_x32:
         body.append((_JGE_K, _X32_SYSCALL_BIT, "kill", None))
-    body += [(_JEQ_K, nr, "nosys", None) for nr in (*_IO_URING, _OPENAT2)]
+    refused = (*_IO_URING, _OPENAT2, *machine.keyring_calls)
+    body += [(_JEQ_K, nr, "nosys", None) for nr in refused]
     body += [(_JEQ_K, call.nr, f"mode{i}", None) for i, call in enumerate(machine.mode_calls)]
     if not network:
         body += [(_JEQ_K, machine.socket_nr, "socket", None)]
