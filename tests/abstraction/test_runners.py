@@ -18,7 +18,7 @@ from callgate.abstraction._runners import (
     runs_command,
     runs_environment,
 )
-from callgate.abstraction._shell import ShellCommand, peel
+from callgate.abstraction._shell import ShellCommand, parse_commands, peel
 
 RUNNERS = default_runners()
 CATALOG = default_catalog()
@@ -210,3 +210,31 @@ def test_an_option_spec_that_takes_a_value_does_not_hide_the_next_rule() -> None
     assert OptionSpec(role=None, takes_value=True).takes_value
     assert runs_command(["tar", "-C", "dir", "--to-command=x", "-xf", "a.tar"]) is not None
     assert runs_command(["git", "--namespace", "n", "rebase", "--exec", "x"]) is not None
+
+
+@pytest.mark.parametrize("line", [
+    'git -c "$(cat k)" status',                # the key arrives from a file at run time
+    "tar $(cat opts) -xf a.tar",               # an unquoted substitution splits into options
+    "tar -xf a.tar *",                         # a file named --to-command=... matches the glob
+    "tar -xf a.tar -*",
+    r"tar -xf a.tar \-*",
+    "tar {--to-command=id,-xf,a.tar}",         # bash (also as sh) brace-expands this
+    "tar -x{I,f} id a.tar",
+    'git "$X" status',                         # the subcommand itself
+    'X="-xf a.tar --to-command=id"; tar $X',   # resolved, but split on blanks
+    'sed "$S" a.txt',                          # the script of sed
+    'env "$X" ls',
+])
+def test_words_the_shell_expands_at_run_time_are_refused_where_an_option_may_stand(
+        line: str) -> None:
+    reasons = [c.runs_command for c in parse_commands(line) if c.runs_command]
+    assert reasons and "expan" in reasons[-1], (line, reasons)
+
+
+@pytest.mark.parametrize("line", [
+    'git commit -m "$MSG"', "git add ./*", "git add -- *", 'git log "./$F"', "ls *",
+    'X=-a; tar -c $X -f b.tar a.txt', "git log HEAD@{1}", 'cat "$F"', "tar -xf a.tar -- *",
+])
+def test_expansions_that_cannot_become_options_of_a_checked_program_are_accepted(
+        line: str) -> None:
+    assert [c.runs_command for c in parse_commands(line)] == [None] * len(parse_commands(line))

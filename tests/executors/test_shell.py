@@ -222,3 +222,20 @@ def test_an_argv_too_long_to_parse_is_refused_not_run_unchecked(work: Path) -> N
     ex = shell(work, backend="none", allowed_commands=["sh"], allow_interpreters=True)
     result = ex(call(argv=["sh", "-c", "id " + "a" * 200_000]))
     assert error_id(result) == "shell.unparseable"
+
+
+@needs_sandbox
+@pytest.mark.parametrize("command", [
+    "echo x; tar -cf b.tar *",            # the glob brings in the two files named below
+    "echo x; tar -cf b.tar $(cat opts)",  # a substitution splits into options
+])
+def test_options_the_shell_makes_at_run_time_never_reach_a_checked_program(
+        work: Path, command: str) -> None:
+    (work / "--checkpoint=1").write_text("")
+    (work / "--checkpoint-action=exec=touch pwned").write_text("")
+    (work / "opts").write_text("--checkpoint=1 --checkpoint-action=exec=touch\\ pwned a.txt\n")
+    ex = shell(work, policy=WRITABLE, allowed_commands=["tar", "echo", "cat", "touch"],
+               allow_metacharacters=True)
+    result = ex(call(command=command))
+    assert error_id(result) == "shell.runs-command", result
+    assert not (work / "pwned").exists()

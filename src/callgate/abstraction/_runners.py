@@ -29,6 +29,15 @@ from callgate.abstraction._scriptscan import OPERAND_CHECKS, VALUE_CHECKS, Table
 _RUNS = "runs a command"
 
 
+class Expanding(str):
+    """A word the shell may turn into other words at run time: an unquoted glob or brace
+    (``*``, ``-{a,b}``), an unquoted expansion (word splitting), or a quoted expansion at the
+    word's start (``"$X"``). It can become an option the parser never saw; checks that read
+    options refuse it where an option may stand."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
 class OptionRule:
     """An option that runs a command: its canonical name, what it does, how its value is read."""
@@ -200,6 +209,10 @@ class _Walk:
         i = 0
         while i < len(words):
             word = words[i]
+            if _expands(word) and not (stop_at_operand and operands):
+                yield (f"{label} word {word[:40]!r} can expand into options the shell shows "
+                       "only when it runs, which cannot be checked")
+                return
             if word == "--":
                 if rules.after_separator is not None and i + 1 < len(words):
                     yield f"{label} -- {rules.after_separator}"
@@ -244,6 +257,10 @@ class _Walk:
         if spec is None or (spec.first and spec.unless & given):
             return
         chosen = operands[:1] if spec.first else operands
+        unseen = next((w for w in chosen if _expands(w)), None)
+        if unseen is not None:
+            yield f"{label} operand {unseen[:40]!r} is an expansion, which cannot be checked"
+            return
         found = OPERAND_CHECKS[spec.check](label, chosen, self.tables)
         if found is not None:
             yield found
@@ -256,6 +273,10 @@ class _Walk:
         shown = item.written if item.written == rule.name else f"{item.written} ({rule.name})"
         if rule.check is None:
             yield f"{label} {shown} {rule.says}"
+            return
+        if item.value is not None and _expands(item.value):
+            yield (f"{label} {shown} value {item.value[:40]!r} is an expansion, which cannot "
+                   "be checked")
             return
         tables = replace(self.tables, prefixes=rule.prefixes)
         found = VALUE_CHECKS[rule.check](f"{label} {shown}", item.value or "", tables)
@@ -338,6 +359,11 @@ class _Walk:
             if rule is not None:
                 found.append(_Word(flag, rule, value))
         return found, used
+
+
+def _expands(word: str) -> bool:
+    """Whether the shell parser marked ``word`` as one the shell may expand at run time."""
+    return isinstance(word, Expanding)
 
 
 def _takes(opt: OptionSpec | None) -> bool:

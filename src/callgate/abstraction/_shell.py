@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from tree_sitter import Language, Node, Parser
 
 from callgate.abstraction._catalog import Catalog, default_catalog
-from callgate.abstraction._runners import runs_command, runs_environment
+from callgate.abstraction._runners import Expanding, runs_command, runs_environment
 
 #: Longest command line parsed; longer lines become a ``parse_error`` command.
 MAX_COMMAND_CHARS = 100_000
@@ -37,7 +37,12 @@ _SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
 _UNESCAPE = re.compile(r"\\(.)", re.DOTALL)
 _DQ_UNESCAPE = re.compile(r"\\([\"\\$`\n])")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_EXPANSIONS = frozenset({"simple_expansion", "expansion", "command_substitution"})
+_LITERAL = frozenset({"raw_string", "ansi_c_string", "number", "string_content"})
+_SPECIAL = frozenset("*?[{")
+_IFS_OR_GLOB = re.compile(r"[\s*?\[{]")
 _local = threading.local()
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +175,51 @@ class _Walker:
             parts.append(_DQ_UNESCAPE.sub(r"\1", tail) if quoted else tail)
         return "".join(parts), dynamic
 
+    def _expands(self, node: Node) -> bool:
+        """Whether the shell may turn ``node`` into words that start with ``-`` (or several
+        words) the parser did not see: see ``Expanding``."""
+        pieces = node.named_children if node.type == "concatenation" else [node]
+        lead: str | None = ""  # the first character, "" while unknown, None when not literal
+        special = False
+        for piece in pieces:
+            first, piece_special = self._piece(piece)
+            special = special or piece_special
+            if first == "?split":
+                return True
+            if lead == "":
+                lead = first
+        return lead is None or (special and lead == "-")
+
+    def _piece(self, node: Node) -> tuple[str | None, bool]:
+        """(first character, or None when it is not literal, or "" when empty; whether the
+        piece holds a glob, brace or expansion); ``"?split"`` for an unquoted expansion that
+        the shell splits into words."""
+        kind = node.type
+        if kind == "word":
+            text = _text(node)
+            special = any(ch in _SPECIAL for ch in re.sub(r"\\.", "", text, flags=re.DOTALL))
+            if not text:
+                return "", special
+            if text[0] == "\\":
+                return text[1:2], special
+            return (None if text[0] in _SPECIAL else text[0]), special
+        if kind in _LITERAL:
+            value = self.word(node)[0]
+            return value[:1], False
+        if kind in ("string", "translated_string"):
+            value, dynamic = self._joined(node)
+            children = [c for c in node.named_children if c.type != "string_content"]
+            opens = node.start_byte + (2 if kind == "translated_string" else 1)
+            if children and children[0].start_byte == opens and self.word(children[0])[1]:
+                return None, True
+            return value[:1], dynamic
+        if kind in _EXPANSIONS:
+            value, dynamic = self.word(node)
+            if dynamic or _IFS_OR_GLOB.search(value):
+                return "?split", True
+            return value[:1], False
+        return None, True
+
     # -- traversal -------------------------------------------------------------------------
     def visit(self, node: Node, level: int, redirects: tuple[Redirect, ...] = ()) -> None:
         """Collect the commands under ``node``; ``redirects`` apply to all of them."""
@@ -288,7 +338,7 @@ class _Walker:
             else:
                 word_node = child.named_children[0] if child.type == "command_name" else child
                 value, dyn = self.word(word_node)
-                words.append(value)
+                words.append(Expanding(value) if self._expands(word_node) else value)
                 dynamic = dynamic or dyn
         all_redirects = tuple(own) + redirects
         stdin = next((r.target for r in all_redirects if r.op in ("<<", "<<<")), None)
