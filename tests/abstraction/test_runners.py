@@ -32,6 +32,7 @@ TRIGGER = {
     "client-script": "\\! touch pwned",
     "remote-archive": "host:a.tar",
     "with-value": "/tmp/x",
+    "git-remote": "ext::touch pwned",
 }
 
 
@@ -238,3 +239,49 @@ def test_words_the_shell_expands_at_run_time_are_refused_where_an_option_may_sta
 def test_expansions_that_cannot_become_options_of_a_checked_program_are_accepted(
         line: str) -> None:
     assert [c.runs_command for c in parse_commands(line)] == [None] * len(parse_commands(line))
+
+
+@pytest.mark.parametrize(("words", "named"), [
+    # git runs these keys' values as commands (trailer.*: git commit --trailer, git
+    # interpret-trailers; gpg.ssh.defaultKeyCommand: git commit -S with gpg.format=ssh)
+    ("git -c trailer.x.command=id commit --trailer x=1", "trailer.x.command"),
+    ("git -c trailer.x.cmd=id interpret-trailers", "trailer.x.cmd"),
+    ("git -c gpg.ssh.defaultKeyCommand=id commit -S", "gpg.ssh.defaultkeycommand"),
+    ("git -c imap.tunnel=id imap-send", "imap.tunnel"),
+    ("git config trailer.sign.command id", "trailer.sign.command"),
+    ("git archive --remote=ext::id HEAD", "ext::"),
+    # ssh reads -o with quotes and backslashes: '"ProxyCommand" id' sets ProxyCommand
+    ("ssh -o \"ProxyCommand\"%20id host", "ProxyCommand"),
+    ("ssh -o Proxy\\Command=id host", "ProxyCommand"),
+    ("ssh -o XAuthLocation=/tmp/x -X host", "XAuthLocation"),
+    # gawk calls a built-in by a computed name: f = "sys" "tem"; @f("id")
+    ('awk BEGIN{f="sys"%20"tem";@f("id")}', "@name()"),
+    ("vim -E a.txt", "-E"),
+    ("vim --remote-send :!id<CR>", "--remote-send"),
+    ("nvim -l x.lua", "-l"),
+    ("strace -E LD_PRELOAD=/tmp/x.so ls", "-E"),
+])
+def test_command_running_spellings_found_after_the_first_catalog_are_refused(
+        words: str, named: str) -> None:
+    argv = [w.replace("%20", " ") for w in words.split()]
+    reason = runs_command(argv)
+    assert reason is not None and named in reason, (argv, reason)
+
+
+@pytest.mark.parametrize("argv", [
+    ["env", "-iu", "ls", "sh", "-c", "id"],     # -u in a cluster takes the next word
+    ["env", "--uns", "ls", "sh", "-c", "id"],   # GNU abbreviation of --unset
+    ["env", "-a", "ls", "sh", "-c", "id"],      # coreutils 9.5 env --argv0
+    ["time", "--out", "ls", "sh", "-c", "id"],
+    ["sudo", "--role", "ls", "sh", "-c", "id"],
+    ["doas", "-a", "ls", "sh", "-c", "id"],
+    ["strace", "-P", "ls", "sh", "-c", "id"],
+])
+def test_a_wrapper_option_value_is_never_taken_for_the_wrapped_program(argv: list[str]) -> None:
+    inner = peel(ShellCommand(words=tuple(argv)))[-1]
+    assert inner.words == ("id",) and inner.wrappers[-1] == "sh -c", inner
+
+
+def test_sudo_environment_assignments_are_judged_like_env_ones() -> None:
+    inner = peel(ShellCommand(words=("sudo", "LD_PRELOAD=/tmp/x.so", "ls")))[-1]
+    assert inner.runs_command is not None and "LD_PRELOAD" in inner.runs_command

@@ -20,6 +20,7 @@ _SED_FILE = {"r": "reads a file", "R": "reads a file", "w": "writes a file", "W"
 _SED_FLAGS = frozenset("gpiImM0123456789")
 _AWK_SYSTEM = re.compile(r"\bsystem\b")
 _AWK_LOAD = re.compile(r"@\s*(load|include|namespace)\b")
+_AWK_INDIRECT = re.compile(r"@\s*[A-Za-z_][\w:]*\s*\(")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*=")
 _CLIENT_SHELL = re.compile(
     r"\\!|(^|[\s;])\.(shell|system|load)\b|(^|[;\n])\s*system\s|\bprogram\s+'"
@@ -64,6 +65,11 @@ def git_config_set(label: str, words: Sequence[str], tables: Tables) -> str | No
     return None
 
 
+def git_remote(label: str, value: str, tables: Tables) -> str | None:
+    """``git archive --remote=ext::COMMAND``: one remote given as an option value."""
+    return git_transport(label, [value], tables)
+
+
 def git_transport(label: str, words: Sequence[str], tables: Tables) -> str | None:
     """A remote named ``ext::COMMAND`` (or ``fd::``) makes git run a command as the transport."""
     for word in words:
@@ -73,8 +79,11 @@ def git_transport(label: str, words: Sequence[str], tables: Tables) -> str | Non
 
 
 def ssh_option(label: str, value: str, tables: Tables) -> str | None:
-    """``-o Key=value`` or ``-o 'Key value'``: keys that run local commands or load code."""
-    key = re.split(r"[\s=]", value.strip(), maxsplit=1)[0]
+    """``-o Key=value`` or ``-o 'Key value'``: keys that run local commands or load code.
+
+    ssh splits the line with quotes and backslashes (``-o '"ProxyCommand" cmd'``), so they are
+    dropped from the key before it is compared."""
+    key = re.split(r"[\s=]", re.sub(r"[\"'\\]", "", value).strip(), maxsplit=1)[0]
     if key.lower() in tables.ssh_options:
         return f"{label} {key} runs a command"
     return None
@@ -146,6 +155,9 @@ def awk_program(label: str, value: str, tables: Tables) -> str | None:
     load = _AWK_LOAD.search(value)
     if load is not None:
         return f"{label} program loads code (@{load.group(1)})"
+    if _AWK_INDIRECT.search(value):
+        return (f"{label} program calls a function by a name it computes (gawk @name()), "
+                "which can be system()")
     return None
 
 
@@ -303,6 +315,7 @@ VALUE_CHECKS: dict[str, Check] = {
     "with-value": with_value,
     "remote-archive": remote_archive,
     "client-script": client_script,
+    "git-remote": git_remote,
 }
 #: Checks on a program's operands, by the name the catalog uses.
 OPERAND_CHECKS: dict[str, Callable[[str, Sequence[str], Tables], str | None]] = {

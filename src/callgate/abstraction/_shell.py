@@ -389,14 +389,26 @@ def _wrapped_start(words: tuple[str, ...], cat: Catalog) -> tuple[int, tuple[tup
         if words[i] == "--":
             i += 1
             break
-        takes = words[i] in spec.value_flags and "=" not in words[i]
-        i += 2 if takes else 1
+        i += 2 if _takes_next(words[i], spec.value_flags) else 1
     while spec.assignments and i < len(words) and _ASSIGNMENT.match(words[i]):
         name, _, value = words[i].partition("=")
         pairs.append((name, value))
         i += 1
     i += spec.skip_positionals
     return (i if i < len(words) else 0), tuple(pairs)
+
+
+def _takes_next(word: str, value_flags: frozenset[str]) -> bool:
+    """Whether a wrapper's option ``word`` takes the next word as its value, read the way
+    getopt reads it: ``--name`` and any GNU abbreviation of a long value option (``env --uns
+    NAME``), and a short cluster whose last letter takes a value (``env -iu NAME``)."""
+    if word.startswith("--"):
+        return "=" not in word and any(f.startswith(word) for f in value_flags
+                                       if f.startswith("--"))
+    for j, char in enumerate(word[1:], start=1):
+        if "-" + char in value_flags:
+            return j == len(word) - 1
+    return False
 
 
 def _shell_string(words: tuple[str, ...]) -> str | None:
