@@ -359,3 +359,10 @@ def test_a_one_mebibyte_one_token_command_is_refused_up_front() -> None:
 def test_a_long_quoted_token_under_the_limit_splits_as_shlex_does() -> None:
     token = "'" + "a b" * 30_000 + "'"
     assert parse_command("ls " + token) == ("ls", "a b" * 30_000)
+
+
+def test_an_argv_longer_than_the_string_bound_is_refused_before_it_is_read() -> None:
+    # 100,000 nested timeouts took 65 s to peel; a 1 MiB argv of options 5 s to walk
+    reason = check_command(["timeout"] * 100_000 + ["ls"], ["timeout", "ls"])
+    assert reason is not None and "longer than" in reason
+    assert check_command(["ls", "a" * 1000], ["ls"]) is None

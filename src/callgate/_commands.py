@@ -19,7 +19,8 @@ it wraps to be allowed as well, and an option, operand, configuration key or env
 assignment that makes an allowed program run a command its argv does not show (``git -c
 core.fsmonitor=…``, ``sed '1e …'``, ``tar --to-command=…``, ``find -exec``) is refused with a
 reason naming it (the catalog's ``runs_commands`` section). A string longer than
-``MAX_COMMAND_CHARS`` is refused before it is read.
+``MAX_COMMAND_CHARS`` is refused before it is read, and so is an argv whose words joined by
+blanks are.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def parse_command(command: str | Sequence[str]) -> tuple[str, ...]:
 
     A string longer than ``MAX_COMMAND_CHARS`` is refused before anything reads it; a shorter
     one is split like ``shlex.split`` (in linear time) after the shell-construct scan. A
-    sequence is taken as the argv itself (its items must be strings without NUL bytes).
+    sequence is taken as the argv itself (its items must be strings without NUL bytes, and
+    joined by blanks no longer than ``MAX_COMMAND_CHARS``).
     """
     if isinstance(command, str):
         if len(command) > MAX_COMMAND_CHARS:
@@ -97,6 +99,10 @@ def parse_command(command: str | Sequence[str]) -> tuple[str, ...]:
         if not all(isinstance(item, str) for item in command):
             raise CommandRejected("argv items must all be strings")
         argv = tuple(command)
+        if sum(len(item) + 1 for item in argv) > MAX_COMMAND_CHARS:
+            raise CommandRejected(
+                f"argv {_show(' '.join(argv[:20]))} is longer than {MAX_COMMAND_CHARS} "
+                "characters")
         if any("\x00" in item for item in argv):
             raise CommandRejected("NUL bytes are not allowed in argv")
     if not argv or not argv[0]:

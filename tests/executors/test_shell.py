@@ -239,3 +239,10 @@ def test_options_the_shell_makes_at_run_time_never_reach_a_checked_program(
     result = ex(call(command=command))
     assert error_id(result) == "shell.runs-command", result
     assert not (work / "pwned").exists()
+
+
+def test_an_argv_longer_than_the_string_bound_is_refused_before_it_is_peeled(
+        work: Path) -> None:
+    ex = shell(work, backend="none", allowed_commands=["env", "ls"], allow_metacharacters=True)
+    assert error_id(ex(call(argv=["env"] * 30_000 + ["ls"]))) == "shell.unparseable"
+    assert error_id(ex(call(command="env " * 12_000 + "ls"))) == "shell.unparseable"

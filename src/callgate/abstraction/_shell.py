@@ -28,6 +28,8 @@ MAX_COMMAND_CHARS = 100_000
 MAX_DEPTH = 64
 #: Deepest nesting of ``sh -c`` strings followed (each level is a full re-parse).
 MAX_SHELL_DEPTH = 6
+#: Most wrappers (``env``, ``timeout`` …) peeled off one command, ``sh -c`` levels included.
+MAX_WRAPPERS = 64
 #: Most simple commands read from one line.
 MAX_COMMANDS = 1_000
 #: Longest here-document or here-string kept as ``stdin``.
@@ -429,6 +431,9 @@ def peel(command: ShellCommand, cat: Catalog | None = None) -> list[ShellCommand
     current = _judged(command, command.words, catalog)
     while current.words:
         program = current.program
+        if program in catalog.wrappers and len(current.wrappers) >= MAX_WRAPPERS:
+            # each level re-reads the rest of the words: unbounded nesting is quadratic
+            return [replace(current, parse_error=f"more than {MAX_WRAPPERS} wrappers nested")]
         if program in catalog.wrappers:
             start, pairs = _wrapped_start(current.words, catalog)
             if start == 0:

@@ -39,7 +39,7 @@ from typing import Any
 
 from callgate._model import ToolCall, ToolResult
 from callgate._policy import EnvironmentPolicy, FilesystemPolicy, Limits, ToolPolicy
-from callgate._shellwords import shell_construct
+from callgate._shellwords import MAX_COMMAND_CHARS, shell_construct
 from callgate.abstraction import ShellCommand, abstract_shell
 from callgate.abstraction._shell import peel
 from callgate.executors._result import Outcome, Refusal, denied, failed, guarded
@@ -157,6 +157,10 @@ class ShellExecutor:
     def _check_argv(self, argv: list[str]) -> None:
         # An argv runs as is, but a wrapper at its head (sudo, env, timeout, bash -c) runs
         # another program: peel it the way the parser peels a line, and check what it runs.
+        # The same bound as a command string keeps reading it short.
+        if sum(len(word) + 1 for word in argv) > MAX_COMMAND_CHARS:
+            raise denied("shell.unparseable",
+                         f"argv longer than {MAX_COMMAND_CHARS} characters")
         self._check_words(argv)
         for cmd in peel(ShellCommand(words=tuple(argv))):
             if cmd.parse_error is not None:
