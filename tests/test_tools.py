@@ -269,3 +269,35 @@ def test_generated_relative_spellings_are_received_canonical_or_refused(
     # free text is a path when it is shaped like one; then it is handed over as checked
     shaped = spelling.startswith(("./", "../")) or spelling in (".", "..")
     assert query == (expected if shaped else spelling)
+
+
+def test_tools_taking_args_kwargs_or_positional_only_paths_get_the_checked_paths(
+        tmp_path: Path) -> None:
+    # these signatures were called with every argument as a keyword: TypeError or a lost value
+    (tmp_path / "uploads").mkdir()
+    k = Kernel(POLICY, working_dir=tmp_path)
+    def writes(role: str) -> ToolPolicy:
+        return ToolPolicy.model_validate({"filesystem": {"write": ["./uploads/**"]},
+                                          "path_params": {role: "write"}})
+
+    inside = str(tmp_path.resolve() / "uploads" / "a.txt")
+
+    @k.tool(policy=writes("path"))
+    def by_position(path: str, /, text: str) -> str:
+        return path
+
+    @k.tool(policy=writes("paths"))
+    def spread(*paths: str) -> tuple[str, ...]:
+        return paths
+
+    @k.tool(policy=writes("path"))
+    def by_keyword(**kw: str) -> dict[str, str]:
+        return kw
+
+    assert by_position("./uploads/a.txt", "x") == inside
+    assert tuple(spread("./uploads/a.txt")) == (inside,)
+    assert by_keyword(path="./uploads/a.txt") == {"path": inside}
+    for tool, args, kwargs in ((spread, ("./b.txt",), {}), (by_keyword, (), {"path": "./b.txt"}),
+                               (by_position, ("./b.txt", "x"), {})):
+        with pytest.raises(Denied):
+            tool(*args, **kwargs)

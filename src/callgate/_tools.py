@@ -132,7 +132,10 @@ class Tool(Generic[P, R]):
             merged = {k: checked.parameters.get(k, v)
                       if _jsonable(v) is v or is_path_name(k, roles) else v
                       for k, v in originals.items()}
-            return self.fn(**merged)  # type: ignore[call-arg]
+            # Passed back the way the signature takes them: positional-only parameters by
+            # position, *args spread, **kwargs as keywords.
+            bound = inspect.BoundArguments(self._signature, merged)
+            return self.fn(*bound.args, **bound.kwargs)
 
         result: ToolResult = self.kernel.execute(call, executor=run)
         if result.status != "ok":
