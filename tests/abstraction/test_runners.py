@@ -256,6 +256,11 @@ def test_expansions_that_cannot_become_options_of_a_checked_program_are_accepted
     ("ssh -o XAuthLocation=/tmp/x -X host", "XAuthLocation"),
     # gawk calls a built-in by a computed name: f = "sys" "tem"; @f("id")
     ('awk BEGIN{f="sys"%20"tem";@f("id")}', "@name()"),
+    # awk writes and reads files the call does not show, like sed's w and r
+    ('awk BEGIN{print%20"x"%20>%20"/tmp/f"}', "'>'"),
+    ("awk {print>$1} a.txt", "'>'"),
+    ('awk BEGIN{getline%20l%20<%20"/etc/shadow"}', "getline"),
+    ("git init --template=/tmp/t", "--template"),
     ("vim -E a.txt", "-E"),
     ("vim --remote-send :!id<CR>", "--remote-send"),
     ("nvim -l x.lua", "-l"),
@@ -266,6 +271,14 @@ def test_command_running_spellings_found_after_the_first_catalog_are_refused(
     argv = [w.replace("%20", " ") for w in words.split()]
     reason = runs_command(argv)
     assert reason is not None and named in reason, (argv, reason)
+
+
+@pytest.mark.parametrize("program", [
+    "$1 > 5 {print $2}", "{print $1; if ($2 > 3) n++} END {print n}", "NR>1{print}",
+    "{ while ((getline l) > 0) n++ }", "/a@b.example/",
+])
+def test_awk_comparisons_and_plain_getline_are_not_refused(program: str) -> None:
+    assert runs_command(["awk", program, "a.txt"]) is None
 
 
 @pytest.mark.parametrize("argv", [

@@ -21,6 +21,10 @@ _SED_FLAGS = frozenset("gpiImM0123456789")
 _AWK_SYSTEM = re.compile(r"\bsystem\b")
 _AWK_LOAD = re.compile(r"@\s*(load|include|namespace)\b")
 _AWK_INDIRECT = re.compile(r"@\s*[A-Za-z_][\w:]*\s*\(")
+# print > FILE, print >> FILE and getline < FILE up to the end of the statement: what sed's w
+# and r do (gawk's --sandbox refuses them too); a comparison inside print is refused with them.
+_AWK_WRITE = re.compile(r"\bprintf?\b[^;\n{}]*>")
+_AWK_READ = re.compile(r"\bgetline\b[^;\n{}]*<")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*=")
 _CLIENT_SHELL = re.compile(
     r"\\!|(^|[\s;])\.(shell|system|load)\b|(^|[;\n])\s*system\s|\bprogram\s+'"
@@ -147,7 +151,8 @@ def client_scripts(label: str, words: Sequence[str], tables: Tables) -> str | No
 
 
 def awk_program(label: str, value: str, tables: Tables) -> str | None:
-    """awk programs: ``system()``, pipes to or from commands, and gawk ``@load``."""
+    """awk programs: ``system()``, pipes to or from commands, ``print > FILE``, ``getline <
+    FILE``, gawk ``@load`` and indirect calls."""
     if _AWK_SYSTEM.search(value):
         return f"{label} program calls system(), which runs a command"
     if "|" in value.replace("||", ""):
@@ -155,6 +160,10 @@ def awk_program(label: str, value: str, tables: Tables) -> str | None:
     load = _AWK_LOAD.search(value)
     if load is not None:
         return f"{label} program loads code (@{load.group(1)})"
+    if _AWK_WRITE.search(value):
+        return f"{label} program redirects print to a file ('>'), which writes it"
+    if _AWK_READ.search(value):
+        return f"{label} program reads a file with getline ('<')"
     if _AWK_INDIRECT.search(value):
         return (f"{label} program calls a function by a name it computes (gawk @name()), "
                 "which can be system()")
