@@ -305,3 +305,10 @@ def test_wrappers_nested_past_the_bound_are_a_parse_error_read_in_linear_time() 
     (cmd,) = parse_commands("env " * 12_000 + "ls")
     assert cmd.parse_error is not None and "wrappers" in cmd.parse_error
     assert peel(ShellCommand(words=("env",) * 64 + ("ls",)))[-1].words == ("ls",)
+
+
+@pytest.mark.parametrize("wrapper", ["env", "sudo"])
+def test_any_assignment_env_or_sudo_take_is_judged_not_only_shell_names(wrapper: str) -> None:
+    # env and sudo take every word holding "=" as an assignment; bash imports BASH_FUNC_*
+    inner = peel(ShellCommand(words=(wrapper, "BASH_FUNC_ls%%=() { id; }", "bash", "-c", "ls")))
+    assert all(c.runs_command is not None and "BASH_FUNC_ls%%" in c.runs_command for c in inner)

@@ -392,7 +392,9 @@ def _wrapped_start(words: tuple[str, ...], cat: Catalog) -> tuple[int, tuple[tup
             i += 1
             break
         i += 2 if _takes_next(words[i], spec.value_flags) else 1
-    while spec.assignments and i < len(words) and _ASSIGNMENT.match(words[i]):
+    # env and sudo take any word holding "=" as an assignment, not only a shell name
+    # (``env 'BASH_FUNC_ls%%=() { id; }' bash -c ls`` defines a function bash imports).
+    while spec.assignments and i < len(words) and "=" in words[i][1:]:
         name, _, value = words[i].partition("=")
         pairs.append((name, value))
         i += 1
