@@ -312,3 +312,20 @@ def test_any_assignment_env_or_sudo_take_is_judged_not_only_shell_names(wrapper:
     # env and sudo take every word holding "=" as an assignment; bash imports BASH_FUNC_*
     inner = peel(ShellCommand(words=(wrapper, "BASH_FUNC_ls%%=() { id; }", "bash", "-c", "ls")))
     assert all(c.runs_command is not None and "BASH_FUNC_ls%%" in c.runs_command for c in inner)
+
+
+@pytest.mark.parametrize("line", [
+    r"tar $'\x2d-to-command=id' -xf a.tar",     # bash decodes \x2d to '-'
+    r"tar $'\055-to-command=id' -xf a.tar",     # octal
+    r"tar $'\u002d-to-command=id' -xf a.tar",   # \u
+    r"git -c $'core.fsmonito\x72=id' status",
+    r"bash -c $'tar --to-command=id\x20-xf a.tar'",
+])
+def test_ansi_c_strings_are_read_with_every_escape_bash_decodes(line: str) -> None:
+    reasons = [c.runs_command for c in parse_commands(line) if c.runs_command]
+    assert reasons, line
+
+
+def test_ansi_c_values_match_bash() -> None:
+    (cmd,) = parse_commands(r"printf %s $'\x2d\055\u002d\cA\a\E\?\q' $'ab\0cd' $'\x4g'")
+    assert cmd.words[2:] == ("---\x01\x07\x1b?\\q", "ab", "\x04g")

@@ -375,9 +375,31 @@ def _flatten_list(node: Node) -> list[Node]:
     return list(reversed(items))
 
 
+_ANSI_C_SIMPLE = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n",
+                  "r": "\r", "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_ANSI_C_ESCAPE = re.compile(
+    r"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{1,4})|U([0-9A-Fa-f]{1,8})"
+    r"|c(.)|(.))", re.DOTALL)
+
+
+def _ansi_c_char(match: re.Match[str]) -> str:
+    octal, hex2, hex4, hex8, control, other = match.groups()
+    if octal is not None:
+        return chr(int(octal, 8) & 0xFF)
+    if hex2 is not None:
+        return chr(int(hex2, 16))
+    if hex4 is not None or hex8 is not None:
+        code = int(hex4 or hex8, 16)
+        return chr(code) if code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else "\ufffd"
+    if control is not None:
+        return "\x7f" if control == "?" else chr(ord(control) & 0x1F)
+    return _ANSI_C_SIMPLE.get(other, match.group(0))
+
+
 def _ansi_c(body: str) -> str:
-    table = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b"}
-    return re.sub(r"\\(.)", lambda m: table.get(m.group(1), m.group(0)), body)
+    """The value bash gives ``$'body'``: every escape it decodes (``\\x2d`` is ``-``, octal,
+    ``\\u``, ``\\c``), cut at the first NUL, where bash ends the string."""
+    return _ANSI_C_ESCAPE.sub(_ansi_c_char, body).split("\x00", 1)[0]
 
 
 def _wrapped_start(words: tuple[str, ...], cat: Catalog) -> tuple[int, tuple[tuple[str, str], ...]]:
