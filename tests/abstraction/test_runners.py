@@ -329,3 +329,22 @@ def test_ansi_c_strings_are_read_with_every_escape_bash_decodes(line: str) -> No
 def test_ansi_c_values_match_bash() -> None:
     (cmd,) = parse_commands(r"printf %s $'\x2d\055\u002d\cA\a\E\?\q' $'ab\0cd' $'\x4g'")
     assert cmd.words[2:] == ("---\x01\x07\x1b?\\q", "ab", "\x04g")
+
+
+@pytest.mark.parametrize("line", [
+    'X=core.fsmon; X+=itor=id; git -c "$X" status',                       # += appends
+    'if true; then X=core.fsmonitor=id; else X=a; fi; git -c "$X" status',  # last one written
+    'X=a; for X in core.fsmonitor=id; do git -c "$X" status; done',         # for assigns
+    'X=a; X=${X/a/core.fsmonitor=id}; git -c "$X" status',                  # stale after ${/}
+    'for i in 1 2; do git -c "$X" status; X=core.fsmonitor=id; done',       # later in a loop
+    "IFS=.; X=-xf.a.tar.--to-command=id; tar $X",                           # IFS splits on '.'
+])
+def test_a_variable_is_resolved_only_where_one_literal_assignment_decides_it(line: str) -> None:
+    reasons = [c.runs_command for c in parse_commands(line) if c.runs_command]
+    assert reasons and "expan" in reasons[-1], (line, reasons)
+
+
+def test_a_variable_assigned_once_is_still_resolved() -> None:
+    (_, cmd) = parse_commands('X=core.fsmonitor=id; git -c "$X" status')
+    assert cmd.runs_command is not None and "core.fsmonitor" in cmd.runs_command
+    assert [c.runs_command for c in parse_commands("X=-n; git log $X 5")] == [None, None]

@@ -133,6 +133,7 @@ class _Walker:
         self.wrappers = wrappers
         self.catalog = cat
         self.env: dict[str, str] = {}
+        self.once: dict[str, bool] = {}
         self.out: list[ShellCommand] = []
 
     # -- words -----------------------------------------------------------------------------
@@ -217,10 +218,23 @@ class _Walker:
             return value[:1], dynamic
         if kind in _EXPANSIONS:
             value, dynamic = self.word(node)
-            if dynamic or _IFS_OR_GLOB.search(value):
+            if dynamic or self._splits(value):
                 return "?split", True
             return value[:1], False
         return None, True
+
+    def _set_once(self, name: str) -> bool:
+        """Whether ``name`` appears only once in the line outside ``$name`` / ``${name}``."""
+        once = self.once.get(name)
+        if once is None:
+            pattern = rb"(?<![\w${])" + re.escape(name.encode()) + rb"(?!\w)"
+            once = self.once[name] = len(re.findall(pattern, self.source)) <= 1
+        return once
+
+    def _splits(self, value: str) -> bool:
+        """Whether the shell may split an unquoted expansion of ``value`` into several words
+        (blanks, or anything once the line sets ``IFS``) or glob it."""
+        return bool(_IFS_OR_GLOB.search(value)) or b"IFS" in self.source
 
     # -- traversal -------------------------------------------------------------------------
     def visit(self, node: Node, level: int, redirects: tuple[Redirect, ...] = ()) -> None:
@@ -302,9 +316,16 @@ class _Walker:
             if item.type != "variable_assignment" or name_node is None:
                 continue
             value, dynamic = self.word(value_node) if value_node is not None else ("", False)
-            pairs.append((_text(name_node), value))
-            if not dynamic:
-                self.env[_text(name_node)] = value
+            name = _text(name_node)
+            pairs.append((name, value))
+            appends = any(c.type == "+=" for c in item.children)
+            if dynamic or appends or not self._set_once(name):
+                # Resolved only when this is the one place the line names the variable: a
+                # second assignment (a branch, a loop, +=, read, for, printf -v …) makes the
+                # value depend on which runs, so it stays an expansion.
+                self.env.pop(name, None)
+            else:
+                self.env[name] = value
         words = (_text(node.children[0]),) if node.type == "declaration_command" else ()
         self._emit(ShellCommand(words=words, assignments=tuple(pairs),
                                 runs_command=runs_environment([n for n, _ in pairs])))
