@@ -246,3 +246,16 @@ def test_an_argv_longer_than_the_string_bound_is_refused_before_it_is_peeled(
     ex = shell(work, backend="none", allowed_commands=["env", "ls"], allow_metacharacters=True)
     assert error_id(ex(call(argv=["env"] * 30_000 + ["ls"]))) == "shell.unparseable"
     assert error_id(ex(call(command="env " * 12_000 + "ls"))) == "shell.unparseable"
+
+
+@pytest.mark.parametrize("command", [
+    "echo x; /bin/ba? -c 'touch pwned'",                        # a glob naming bash
+    "echo x; $(echo bash) -c 'touch pwned'",
+    "echo x; timeout 5 /usr/bin/gi? -c core.fsmonitor='touch pwned' status",
+])
+def test_a_program_the_shell_names_at_run_time_is_refused_with_no_allow_list(
+        work: Path, command: str) -> None:
+    # allowed_commands=None leaves names to the kernel, but interpreters and command-running
+    # options are still refused: a program nobody can read cannot be judged for either
+    ex = shell(work, backend="none", allowed_commands=None, allow_metacharacters=True)
+    assert error_id(ex(call(command=command))) == "shell.runs-command"

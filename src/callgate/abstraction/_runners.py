@@ -29,7 +29,14 @@ from callgate.abstraction._scriptscan import OPERAND_CHECKS, VALUE_CHECKS, Table
 _RUNS = "runs a command"
 
 
-class Expanding(str):
+class Changing(str):
+    """A word the shell changes at run time (a glob, brace or expansion anywhere in it): as a
+    program name it names a program nobody checked."""
+
+    __slots__ = ()
+
+
+class Expanding(Changing):
     """A word the shell may turn into other words at run time: an unquoted glob or brace
     (``*``, ``-{a,b}``), an unquoted expansion (word splitting), or a quoted expansion at the
     word's start (``"$X"``). It can become an option the parser never saw; checks that read

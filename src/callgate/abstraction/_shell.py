@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from tree_sitter import Language, Node, Parser
 
 from callgate.abstraction._catalog import Catalog, default_catalog
-from callgate.abstraction._runners import Expanding, runs_command, runs_environment
+from callgate.abstraction._runners import Changing, Expanding, runs_command, runs_environment
 
 #: Longest command line parsed; longer lines become a ``parse_error`` command.
 MAX_COMMAND_CHARS = 100_000
@@ -178,9 +178,10 @@ class _Walker:
             parts.append(_DQ_UNESCAPE.sub(r"\1", tail) if quoted else tail)
         return "".join(parts), dynamic
 
-    def _expands(self, node: Node) -> bool:
-        """Whether the shell may turn ``node`` into words that start with ``-`` (or several
-        words) the parser did not see: see ``Expanding``."""
+    def _marked(self, node: Node, value: str) -> str:
+        """``value`` as an ``Expanding`` word when the shell may turn ``node`` into words that
+        start with ``-`` (or several words) the parser did not see, as a ``Changing`` one when
+        the shell changes it in some other way, else as it is."""
         pieces = node.named_children if node.type == "concatenation" else [node]
         lead: str | None = ""  # the first character, "" while unknown, None when not literal
         special = False
@@ -188,10 +189,12 @@ class _Walker:
             first, piece_special = self._piece(piece)
             special = special or piece_special
             if first == "?split":
-                return True
+                return Expanding(value)
             if lead == "":
                 lead = first
-        return lead is None or (special and lead == "-")
+        if lead is None or (special and lead == "-"):
+            return Expanding(value)
+        return Changing(value) if special else value
 
     def _piece(self, node: Node) -> tuple[str | None, bool]:
         """(first character, or None when it is not literal, or "" when empty; whether the
@@ -361,7 +364,7 @@ class _Walker:
             else:
                 word_node = child.named_children[0] if child.type == "command_name" else child
                 value, dyn = self.word(word_node)
-                words.append(Expanding(value) if self._expands(word_node) else value)
+                words.append(self._marked(word_node, value))
                 dynamic = dynamic or dyn
         all_redirects = tuple(own) + redirects
         stdin = next((r.target for r in all_redirects if r.op in ("<<", "<<<")), None)
@@ -508,6 +511,9 @@ def _judged(command: ShellCommand, words: tuple[str, ...], cat: Catalog) -> Shel
     if command.runs_command is not None:
         return command
     found = runs_environment([name for name, _ in command.assignments])
+    if found is None and words and isinstance(words[0], Changing):
+        found = (f"program {words[0][:40]!r} is an expansion the shell makes when it runs, "
+                 "so what it runs cannot be checked")
     if found is None and words:
         found = runs_command(words, None if cat is default_catalog() else cat)
     return command if found is None else replace(command, runs_command=found)
