@@ -113,6 +113,48 @@ def test_a_command_whose_program_cannot_be_known_is_labelled_web(command: str) -
     assert "web" in sources(shell(command)), command
 
 
+@pytest.mark.parametrize("command", [
+    "busybox wget -qO- https://example.org", "busybox nc example.org 80",
+    "toybox wget https://example.org", "busybox sh -c 'wget https://example.org'",
+    "coproc curl https://example.org", "echo 'wget x' | busybox sh",
+    "busybox " * 50 + "wget https://example.org",
+])
+def test_a_fetch_run_as_a_multi_call_applet_or_coprocess_labels_the_output_web(
+    command: str
+) -> None:
+    assert "web" in sources(shell(command)), command
+
+
+@pytest.mark.parametrize("command", [
+    "echo 'curl https://example.org' | sh", "printf 'wget x' | bash -s",
+    "cat notes | bash -s -- arg", "echo 'import urllib' | python3",
+    "echo 'import urllib' | python3 -", "cat a.py | python3 /dev/stdin", "echo 1 | perl",
+])
+def test_a_program_read_from_a_pipe_by_an_interpreter_cannot_be_known_and_is_web(
+    command: str
+) -> None:
+    # What the interpreter runs is another command's output: nothing on the line says what.
+    assert "web" in sources(shell(command)), command
+
+
+@pytest.mark.parametrize("command", [
+    "alias c=curl\nc https://example.org", "alias get='wget -qO-'; get https://example.org",
+])
+def test_a_line_defining_an_alias_cannot_be_known_and_is_web(command: str) -> None:
+    # sh (dash) expands aliases in scripts: the words after the definition name another program.
+    assert "web" in sources(shell(command)), command
+
+
+@pytest.mark.parametrize("command", [
+    "cat data.csv | python3 report.py", "busybox ls -la", "ls | sort", "echo hi | cat",
+    "alias", "coproc sleep 1",
+])
+def test_local_applets_pipes_into_script_files_and_alias_listings_stay_untainted(
+    command: str
+) -> None:
+    assert "web" not in sources(shell(command)), command
+
+
 def test_a_shell_call_with_no_command_is_labelled_web() -> None:
     call = ToolCall(tool="sh", tool_class="shell", action="exec", parameters={"cmd": "ls"})
     assert "web" in sources(call)

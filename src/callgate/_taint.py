@@ -12,6 +12,7 @@ program is a variable, the call names no command) the output is ``web`` too: fai
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import shlex
 from collections.abc import Iterable, Mapping
@@ -114,6 +115,10 @@ _MAX_EVAL_DEPTH = 4
 _CACHED_CHARS = 4096
 #: Scripts given inline are read for their effects; script files are not opened.
 _INLINE_ONLY = ScriptContext(resolve=False)
+#: Programs whose first word names the program they run (``busybox wget``, ``coproc curl``).
+_RUNS_ITS_FIRST_WORD = frozenset({"busybox", "toybox", "coproc"})
+#: Script operands that are the interpreter's standard input.
+_STDIN_SCRIPTS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 
 
 def shell_network_origin(parameters: Mapping[str, Any]) -> str | None:
@@ -166,13 +171,43 @@ def _command_origin(cmd: ShellCommand, depth: int) -> str | None:
         if depth >= _MAX_EVAL_DEPTH:
             return "unknown command (eval nested too deeply)"
         return _line_origin(" ".join(cmd.words[1:]), depth + 1)
+    if cmd.program in _RUNS_ITS_FIRST_WORD and len(cmd.words) > 1:
+        if depth >= _MAX_EVAL_DEPTH:
+            return f"unknown command ({cmd.program} nested too deeply)"
+        # Judged with its input (``echo x | busybox sh``) and re-parsed, so the wrappers the
+        # parser peels (``busybox sh -c '…'``) are seen through.
+        inner = dataclasses.replace(cmd, words=cmd.words[1:])
+        return _command_origin(inner, depth + 1) or _line_origin(shlex.join(inner.words),
+                                                                 depth + 1)
+    if cmd.program == "alias" and any("=" in word for word in cmd.words[1:]):
+        # sh expands aliases in scripts: a later word names a program the line never shows.
+        return "unknown command (alias)"
     grounded = ground(cmd.words)
     _, spec = default_catalog().program(program)
     if grounded.taint == NETWORK_SOURCE or (spec is not None and spec.category == "network"):
         return _where(grounded.args, grounded.action)
     if grounded.language is not None:
+        if cmd.piped_from is not None and _reads_program_from_stdin(cmd, grounded.language,
+                                                                    grounded.args):
+            return f"unknown command ({cmd.program} runs what {cmd.piped_from} prints)"
         return _script_origin(grounded.language, grounded.args, cmd.stdin, depth)
     return None
+
+
+def _reads_program_from_stdin(cmd: ShellCommand, language: str,
+                              args: Mapping[str, Any]) -> bool:
+    """Whether an interpreter takes its program from its standard input (``| sh``,
+    ``| python3 -``, ``| bash -s -- arg``) rather than from its words or a script file."""
+    if cmd.stdin is not None or args.get("code") is not None or args.get("module"):
+        return False
+    if language == "shell":
+        for word in cmd.words[1:]:
+            if word == "--" or not word.startswith("-"):
+                break
+            if not word.startswith("--") and "s" in word[1:]:
+                return True  # sh -s: the words after it are arguments, the program is stdin
+    script = args.get("script")
+    return script is None or script in _STDIN_SCRIPTS
 
 
 def _script_origin(language: str, args: Mapping[str, Any], stdin: str | None,
