@@ -160,5 +160,6 @@ def test_registrable_domain_is_the_last_two_labels_or_the_address() -> None:
 def test_base64_data_in_a_query_value_is_always_denied(data: bytes) -> None:
     token = base64.urlsafe_b64encode(data).decode().rstrip("=")
     assume(any(c.isupper() for c in token) and any(c.islower() for c in token))
+    assume(len(set(data)) >= 8)  # low-entropy runs (mostly zero bytes) are not data-shaped
     assert reason_id(guard(), http(url=f"https://a.example/x?t={token}")) == \
         "guard.egress.query-data"
