@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from callgate._kernel import Kernel
-from callgate._loader import load_policy
+from callgate.kernel._kernel import Kernel
+from callgate.policy._loader import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
@@ -48,7 +48,7 @@ def measure(audit: str | None, durability: str = "normal", *, pack: bool = True,
             from callgate.audit import AuditStore
 
             store = AuditStore.open(work / "audit.db", durability=durability)  # type: ignore[arg-type]
-        # quarantine and behavioural rules would change verdicts mid-run; the benchmark measures
+        # quarantine and behavioral rules would change verdicts mid-run; the benchmark measures
         # the steady state of a well-behaved run, so the threshold is raised.
         settings = policy.policy.run_state.model_copy(
             update={"quarantine_after_denials": 10**9, "behavioral_rules": pack})

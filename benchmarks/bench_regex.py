@@ -13,7 +13,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from callgate._regex import compile_policy_pattern
+from callgate.matchers._regex import compile_policy_pattern
 
 N = 20_000
 GOAL_US = 5.0

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from callgate._policy import ToolPolicy
+from callgate.policy._schema import ToolPolicy
 from callgate.sandbox import Sandbox, available_backends
 
 ROOT = Path(__file__).resolve().parents[1]

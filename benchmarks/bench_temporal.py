@@ -1,4 +1,4 @@
-"""Cost of a behavioural decision: the incremental monitor vs re-grounding with Z3.
+"""Cost of a behavioral decision: the incremental monitor vs re-grounding with Z3.
 
 A policy of 20 statements (every form, variables, ``once[N]``, nested ``eventually``) is
 checked against a synthetic run. For each trace length L the incremental cost is the time of
@@ -174,7 +174,7 @@ def report(incremental: dict[int, dict[str, float]], smt: dict[int, float]) -> d
         for k, v in incremental.items()
     ]
     table = "\n".join([
-        "# Behavioural decision cost",
+        "# Behavioral decision cost",
         "",
         f"Policy of {len(RULES)} statements (every form, variables, once[N], nested eventually);"
         f" Python {data['python']} on {data['machine']}.",
@@ -206,7 +206,7 @@ def plot(incremental: dict[int, dict[str, float]], smt: dict[int, float]) -> Non
     ax.set_yscale("log")
     ax.set_xlabel("events in the trace")
     ax.set_ylabel("cost of one decision (µs)")
-    ax.set_title(f"Behavioural check, {len(RULES)} statements")
+    ax.set_title(f"Behavioral check, {len(RULES)} statements")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()

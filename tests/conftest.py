@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from callgate._loader import LoadedPolicy, load_policy
+from callgate.policy._loader import LoadedPolicy, load_policy
 
 settings.register_profile("ci", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -2,10 +2,10 @@
 
 Every tool call passes one pipeline that decides allow / deny / require-approval before anything
 executes, records the decision in a hash-chained audit log, and judges the run's trace against
-behavioural policies.
+behavioral policies.
 """
 
-from callgate._capabilities import CapabilityToken
+from callgate import _aliases
 from callgate._errors import (
     AuditError,
     CallgateError,
@@ -17,8 +17,6 @@ from callgate._errors import (
     TemporalError,
     TraceError,
 )
-from callgate._kernel import Kernel
-from callgate._loader import LoadedPolicy, load_policy, parse_policy
 from callgate._model import (
     Decision,
     Event,
@@ -29,7 +27,11 @@ from callgate._model import (
     ToolResult,
     Witness,
 )
-from callgate._policy import (
+from callgate.kernel._capabilities import CapabilityToken
+from callgate.kernel._declare import Tool, ToolDeclaration, declare
+from callgate.kernel._kernel import Kernel
+from callgate.policy._loader import LoadedPolicy, load_policy, parse_policy
+from callgate.policy._schema import (
     BehaviorStatement,
     Capability,
     CapabilityConstraints,
@@ -38,8 +40,9 @@ from callgate._policy import (
     Rule,
     ToolPolicy,
 )
-from callgate._tools import Tool, ToolDeclaration, declare
-from callgate.presets import load_preset, preset_names
+from callgate.policy.presets import load_preset, preset_names
+
+_aliases.install()
 
 __all__ = [
     "AuditError",

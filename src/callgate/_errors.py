@@ -3,7 +3,7 @@
     CallgateError
     ├── PolicyError            a policy file or object is invalid (every problem, with places)
     ├── TraceError             a recorded trace is malformed (names the line)
-    ├── TemporalError          a behavioural statement does not parse or is out of scope
+    ├── TemporalError          a behavioral statement does not parse or is out of scope
     ├── AuditError             the audit log cannot be written or read
     ├── SandboxError           no usable sandbox backend, or a sandbox could not start
     ├── ExecutorError          an executor failed for a reason other than a policy
@@ -59,7 +59,7 @@ class PolicyError(_ProblemsError):
 
 
 class TemporalError(_ProblemsError):
-    """A behavioural statement does not parse or breaks a scope rule."""
+    """A behavioral statement does not parse or breaks a scope rule."""
 
 
 class TraceError(_ProblemsError):

@@ -2,7 +2,7 @@
 
 Models that cross a trust boundary (calls from an agent, policy pieces) are pydantic models that
 reject unknown fields and wrong types. ``Event`` is a plain slotted dataclass because the
-behavioural monitor creates one per call on the hot path.
+behavioral monitor creates one per call on the hot path.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class Reason(StrictModel):
 
 
 class Witness(StrictModel):
-    """The offending events of a behavioural violation (sequence numbers from 1)."""
+    """The offending events of a behavioral violation (sequence numbers from 1)."""
 
     statement: str
     events: tuple[int, ...] = ()

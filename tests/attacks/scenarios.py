@@ -36,11 +36,12 @@ from typing import Any
 import yaml
 
 from callgate._errors import CallgateError, Denied
-from callgate._kernel import Kernel
-from callgate._loader import LoadedPolicy, parse_policy
-from callgate.executors.wiring import ExecutorSettings, HttpSettings, build_executors
+from callgate.executors._wiring import build_executors
 from callgate.guards import GuardSettings, build_guards
-from callgate.presets import load_preset
+from callgate.kernel._kernel import Kernel
+from callgate.policy._loader import LoadedPolicy, parse_policy
+from callgate.policy._settings import ExecutorSettings, HttpSettings
+from callgate.policy.presets import load_preset
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "scenarios"

@@ -15,7 +15,7 @@ import pytest
 
 from callgate import Decision, Reason, TaintLabel, ToolCall, ToolResult
 from callgate.audit import AuditStore
-from callgate.audit.chain import (
+from callgate.audit._chain import (
     EVENT_COLUMNS,
     GENESIS_HASH,
     RUN_COLUMNS,
@@ -23,7 +23,7 @@ from callgate.audit.chain import (
     run_row,
     seal,
 )
-from callgate.audit.schema import DDL
+from callgate.audit._schema import DDL
 
 #: The files a log has beside it by default: signing key, public key, anchor.
 SIDECARS = (".key", ".key.pub", ".anchor")

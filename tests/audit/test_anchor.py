@@ -17,7 +17,7 @@ import pytest
 
 from callgate import AuditError
 from callgate.audit import AuditStore, verify_file
-from callgate.audit.anchor import advance_anchor, read_anchor
+from callgate.audit._anchor import advance_anchor, read_anchor
 
 
 def two_runs(path: Path, kit: Any, *, end_b: bool = True) -> None:

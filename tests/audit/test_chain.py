@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate import AuditError
-from callgate.audit.chain import (
+from callgate.audit._chain import (
     EVENT_COLUMNS,
     GENESIS_HASH,
     canonical_json,

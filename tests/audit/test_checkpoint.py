@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from callgate import AuditError
 from callgate.audit import AuditStore, Checkpoint, generate_keypair, public_key_of
 from callgate.audit import verify_file as verify_with_anchor
-from callgate.audit.chain import runs_digest
-from callgate.audit.checkpoint import key_id, sign_checkpoint, signature_problem
+from callgate.audit._chain import runs_digest
+from callgate.audit._checkpoint import key_id, sign_checkpoint, signature_problem
 
 KEYS = generate_keypair()
 OTHER = generate_keypair()

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from callgate import Decision, ToolCall, ToolResult
 from callgate.audit import AuditStore, verify_file
-from callgate.audit.chain import canonical_json, sha256_hex
-from callgate.audit.encode import MAX_DEPTH, MAX_STRING_CHARS, sanitize
+from callgate.audit._chain import canonical_json, sha256_hex
+from callgate.audit._encode import MAX_DEPTH, MAX_STRING_CHARS, sanitize
 
 # Any text, lone surrogates included (what surrogateescape makes of bytes that are not UTF-8).
 ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=12)

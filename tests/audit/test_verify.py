@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from callgate import AuditError
 from callgate.audit import verify_file
-from callgate.audit.chain import (
+from callgate.audit._chain import (
     EVENT_COLUMNS,
     META_ROWS,
     RUN_COLUMNS,
@@ -26,7 +26,7 @@ from callgate.audit.chain import (
     seal,
     sha256_hex,
 )
-from callgate.audit.verify import VerifyReport, verify_rows
+from callgate.audit._verify import VerifyReport, verify_rows
 
 HEAD = 9
 TAMPER = settings(

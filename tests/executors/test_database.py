@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from callgate import ExecutorError, TaintLabel, ToolResult
 from callgate.executors import DatabaseExecutor, classify_sql
+from callgate.executors._database import table_allowed
 from callgate.executors._result import Refusal
-from callgate.executors.database import table_allowed
 
 from .conftest import make_call
 

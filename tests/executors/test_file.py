@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from callgate import ExecutorError, TaintLabel, ToolResult
-from callgate._kernel import Kernel
-from callgate._policy import Policy
 from callgate.executors import FileExecutor
-from callgate.executors.file import PathScope, descriptor_path
+from callgate.executors._file import PathScope, descriptor_path
+from callgate.kernel._kernel import Kernel
+from callgate.policy._schema import Policy
 
 from .conftest import make_call
 

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from callgate._errors import Denied
-from callgate._kernel import Kernel
-from callgate._policy import Policy
 from callgate.audit import AuditStore
-from callgate.executors.file import FileExecutor
+from callgate.executors._file import FileExecutor
+from callgate.kernel._kernel import Kernel
+from callgate.policy._schema import Policy
 
 SECRET = "ssh-secret-0f9c1"
 DECOY = "decoy-content"

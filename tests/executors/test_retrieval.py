@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from callgate import ExecutorError, TaintLabel, ToolResult
 from callgate.executors import RetrievalExecutor
-from callgate.executors.retrieval import split_passages
+from callgate.executors._retrieval import split_passages
 
 from .conftest import make_call
 

@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate._model import ToolCall
-from callgate._policy import FilesystemPolicy, ToolPolicy
-from callgate.executors.shell import (
+from callgate.executors._shell import (
     DEFAULT_SHELL_POLICY,
     ShellExecutor,
     is_interpreter,
     program_name,
     unquoted_metacharacter,
 )
+from callgate.policy._schema import FilesystemPolicy, ToolPolicy
 from callgate.sandbox import available_backends
 
 needs_sandbox = pytest.mark.skipif(not available_backends(),

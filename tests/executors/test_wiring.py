@@ -12,16 +12,16 @@ from hypothesis import strategies as st
 
 from callgate._errors import ExecutorError
 from callgate._model import ToolCall
-from callgate._paths import WRITE_ACTIONS
-from callgate._policy import Policy
-from callgate.executors.shell import ShellExecutor
-from callgate.executors.wiring import (
+from callgate.executors._shell import ShellExecutor
+from callgate.executors._wiring import (
     ExecutorSettings,
     HttpSettings,
     build_executors,
     executor_scope,
     static_resolver,
 )
+from callgate.matchers._paths import WRITE_ACTIONS
+from callgate.policy._schema import Policy
 
 
 def policy(capabilities: list[dict[str, Any]], **extra: Any) -> Policy:

@@ -8,11 +8,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate._kernel import Kernel
 from callgate._model import ToolCall
-from callgate._policy import Policy
 from callgate.guards import InjectionGuard, build_guards, normalise
-from callgate.guards.injection import CONFUSABLES, mixed_script_word
+from callgate.guards._injection import CONFUSABLES, mixed_script_word
+from callgate.kernel._kernel import Kernel
+from callgate.policy._schema import Policy
 
 LATIN_TO_LOOKALIKES: dict[str, list[str]] = {}
 for _lookalike, _latin in CONFUSABLES.items():

@@ -12,10 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate._errors import CallgateError, Denied
-from callgate._kernel import Kernel
 from callgate._model import ToolCall, ToolResult
-from callgate._policy import Policy
-from callgate.executors.file import FileExecutor
+from callgate.executors._file import FileExecutor
 from callgate.guards import (
     FingerprintStore,
     GuardSettings,
@@ -23,7 +21,9 @@ from callgate.guards import (
     SecretsGuard,
     build_guards,
 )
-from callgate.guards.secrets import secret_parts
+from callgate.guards._secrets import secret_parts
+from callgate.kernel._kernel import Kernel
+from callgate.policy._schema import Policy
 
 PEM_BODY = ("zNRUHEyJuYAQbeWiz8PoVZCHXss2UkWhIgMSe9u7x2TkQl8L0Pr89xYmGCT7TAsQ\n"
             "GOjx0pXnWsSdMBSKbQpiVjE/29iuaRyADnkaqStxaBsjxXHG9riltEAhm0XZsqF+\n")

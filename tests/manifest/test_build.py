@@ -11,7 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from callgate import Capability, CapabilityConstraints, Policy, Principal, ToolPolicy
-from callgate._loader import parse_policy
 from callgate.manifest import (
     ManifestError,
     build_manifest,
@@ -23,6 +22,7 @@ from callgate.manifest import (
     render,
 )
 from callgate.manifest._build import is_manifest_file
+from callgate.policy._loader import parse_policy
 from tests.manifest.conftest import TOOLS_MODULE
 
 

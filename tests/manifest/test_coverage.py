@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate._hosts import host_matches
-from callgate._paths import compile_glob
 from callgate.manifest import glob_covers, host_covers
 from callgate.manifest._coverage import uncovered_globs, uncovered_hosts
+from callgate.matchers._hosts import host_matches
+from callgate.matchers._paths import compile_glob
 
 COVERED = [
     ("/srv/uploads/**", "/srv/uploads/a/**"),

@@ -330,7 +330,7 @@ def test_an_unreported_change_back_and_forth_means_nothing_changed_that_matters(
             assert a[key] == b[key]
 
 
-def behaviour_manifest(statements: list[dict[str, str]], **run_state: Any) -> dict[str, Any]:
+def behavior_manifest(statements: list[dict[str, str]], **run_state: Any) -> dict[str, Any]:
     policy = Policy.model_validate({"name": "p", "version": 1, "behavior": statements,
                                     "run_state": run_state})
     return build_manifest(policy, {})
@@ -344,20 +344,20 @@ NO_SEND = {"id": "no-send", "rule": "abs(send_email)", "enforce": "block"}
     ([{**NO_SEND, "rule": "abs(send_sms)"}], "behavior.changed", [NO_SEND]),
     ([{**NO_SEND, "enforce": "alert"}], "behavior.loosened", [NO_SEND]),
 ], ids=["removed", "rewritten", "alert-only"])
-def test_behaviour_statement_weakened_is_reported(wide: list[dict[str, str]], rule: str,
+def test_behavior_statement_weakened_is_reported(wide: list[dict[str, str]], rule: str,
                                                   narrow: list[dict[str, str]]) -> None:
-    base = behaviour_manifest([NO_SEND])
-    assert policy_ids(base, behaviour_manifest(wide)) == [rule]
-    assert policy_ids(base, behaviour_manifest(narrow)) == []
-    assert policy_ids(behaviour_manifest([{**NO_SEND, "enforce": "alert"}]), base) == []
+    base = behavior_manifest([NO_SEND])
+    assert policy_ids(base, behavior_manifest(wide)) == [rule]
+    assert policy_ids(base, behavior_manifest(narrow)) == []
+    assert policy_ids(behavior_manifest([{**NO_SEND, "enforce": "alert"}]), base) == []
 
 
 def test_run_state_loosened_is_reported_and_tightened_passes() -> None:
-    base = behaviour_manifest([], quarantine_after_denials=5)
-    loose = behaviour_manifest([], quarantine_after_denials=9, behavioral_rules=False)
+    base = behavior_manifest([], quarantine_after_denials=5)
+    loose = behavior_manifest([], quarantine_after_denials=9, behavioral_rules=False)
     assert [str(f) for f in verify_manifest(base, loose)] == [
         "[high] run_state.loosened run_state: quarantine_after_denials raised from 5 to 9",
         "[high] run_state.loosened run_state: behavioral_rules turned off",
     ]
-    tight = behaviour_manifest([], quarantine_after_denials=2)
+    tight = behavior_manifest([], quarantine_after_denials=2)
     assert verify_manifest(base, tight) == []

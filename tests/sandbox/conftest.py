@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from callgate._policy import ToolPolicy
+from callgate.policy._schema import ToolPolicy
 from callgate.sandbox import SandboxOutcome
 
 #: A PATH that finds the system's programs without leaking this machine's layout.

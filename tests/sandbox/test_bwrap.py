@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from callgate import SandboxError
-from callgate.sandbox import Sandbox, SandboxOutcome, available_backends, bwrap, seccomp
-from callgate.sandbox.limits import plan_limits
+from callgate.sandbox import Sandbox, SandboxOutcome, available_backends
+from callgate.sandbox import _bwrap as bwrap
+from callgate.sandbox import _seccomp as seccomp
+from callgate.sandbox._limits import plan_limits
 
 from .conftest import BUILDER, SYSTEM_PATH, Project, Server, assert_denied, connect_code, policy
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from callgate.sandbox._classify import classify
 from callgate.sandbox._spec import SandboxSpec, build_spec
-from callgate.sandbox.classify import classify
 
 from .conftest import policy
 

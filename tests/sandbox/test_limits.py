@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from callgate import SandboxError
-from callgate._policy import Limits
-from callgate.sandbox.limits import PidsCgroup, enter_cgroup_argv, pids_cgroup_base, plan_limits
+from callgate.policy._schema import Limits
+from callgate.sandbox._limits import PidsCgroup, enter_cgroup_argv, pids_cgroup_base, plan_limits
 
 
 def test_cpu_and_memory_become_prlimit_options():

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from callgate import SandboxError
-from callgate.sandbox.seccomp import filter_fd, sandbox_filter, socket_filter
+from callgate.sandbox._seccomp import filter_fd, sandbox_filter, socket_filter
 
 ALLOW, KILL = 0x7FFF0000, 0x80000000
 X86_64, AARCH64, I386 = 0xC000003E, 0xC00000B7, 0x40000003

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from callgate.sandbox.shells import hidden_shells, host_shells, is_shell_command
+from callgate.sandbox._shells import hidden_shells, host_shells, is_shell_command
 
 ENV = {"PATH": "/usr/bin:/bin"}
 

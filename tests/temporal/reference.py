@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from callgate._model import Event
-from callgate.temporal import nodes as n
-from callgate.temporal.patterns import CompiledPattern, value_key
+from callgate.temporal import _nodes as n
+from callgate.temporal._patterns import CompiledPattern, value_key
 
 
 def failing_events(statement: n.Statement, events: Sequence[Event]) -> set[int]:

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from callgate._model import Event
-from callgate._policy import BehaviorStatement
+from callgate.policy._schema import BehaviorStatement
 from callgate.temporal import compile_behavior
-from callgate.temporal.behavior import BehaviorSet
+from callgate.temporal._behavior import BehaviorSet
 
 from .reference import failing_events
 from .strategies import FORMS, events, statement

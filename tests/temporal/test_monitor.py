@@ -9,7 +9,7 @@ import pytest
 
 from callgate._errors import TemporalError
 from callgate._model import Event
-from callgate._policy import BehaviorStatement
+from callgate.policy._schema import BehaviorStatement
 from callgate.temporal import Monitor, Violation, compile_behavior
 
 
@@ -172,8 +172,8 @@ def test_a_statement_whose_state_broke_keeps_failing_closed() -> None:
 
 
 def test_statements_are_skipped_only_for_actions_they_cannot_be_affected_by() -> None:
-    from callgate.temporal.monitor import interest
-    from callgate.temporal.parser import parse_statement
+    from callgate.temporal._monitor import interest
+    from callgate.temporal._parser import parse_statement
 
     def actions(rule: str) -> set[str] | None:
         found = interest(parse_statement(rule))

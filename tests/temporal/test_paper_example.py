@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from callgate._loader import load_policy
 from callgate._model import Event
+from callgate.policy._loader import load_policy
 from callgate.temporal import BehaviorSet, compile_behavior, load_trace
 
 DATA = Path(__file__).parent.parent / "data" / "temporal"

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from callgate._errors import TemporalError
-from callgate._loader import parse_policy
 from callgate._model import Event
-from callgate._policy import BehaviorStatement
+from callgate.policy._loader import parse_policy
+from callgate.policy._schema import BehaviorStatement
+from callgate.temporal import _nodes as n
 from callgate.temporal import compile_behavior, parse_statement
-from callgate.temporal import nodes as n
 
 
 def _error(text: str) -> TemporalError:

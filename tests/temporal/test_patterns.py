@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from callgate._model import Event
 from callgate.temporal import OBSERVATION_LIMIT, parse_statement
-from callgate.temporal.patterns import CompiledPattern, Glob, observe, text_of, value_key
+from callgate.temporal._patterns import CompiledPattern, Glob, observe, text_of, value_key
 
 
 def _holds(pattern: str, ev: Event) -> bool:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from callgate._model import Event
-from callgate._policy import BehaviorStatement
+from callgate.policy._schema import BehaviorStatement
 from callgate.temporal import compile_behavior
-from callgate.temporal.monitor import CompiledStatement
-from callgate.temporal.smt import check_statement
+from callgate.temporal._monitor import CompiledStatement
+from callgate.temporal._smt import check_statement
 
 SRC = Path(__file__).parent.parent.parent / "src" / "callgate"
 
@@ -68,7 +68,7 @@ def test_only_the_smt_module_imports_z3() -> None:
         if any(line.strip().startswith(("import z3", "from z3"))
                for line in path.read_text(encoding="utf-8").splitlines())
     )
-    assert importers == ["temporal/smt.py"]
+    assert importers == ["temporal/_smt.py"]
 
 
 def test_unknown_engine_is_an_error() -> None:

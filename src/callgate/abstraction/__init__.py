@@ -11,9 +11,9 @@ from __future__ import annotations
 from callgate.abstraction._abstractor import Abstractor
 from callgate.abstraction._agentdojo import TOOL_SOURCES, abstract_agentdojo_run, tool_source
 from callgate.abstraction._catalog import Catalog, default_catalog, ground, ground_words
+from callgate.abstraction._drafts import CLAUDE_CODE_TOOLS, ScriptContext, script_source_drafts
 from callgate.abstraction._shell import Redirect, ShellCommand
 from callgate.abstraction._shell import parse_commands as _parse_commands
-from callgate.abstraction._tools import CLAUDE_CODE_TOOLS, ScriptContext, script_source_drafts
 from callgate.abstraction._trace import (
     format_signature,
     load_raw_trace,

@@ -16,8 +16,8 @@ from typing import Any
 from callgate._errors import Problem, TraceError
 from callgate._jsonlimits import loads_bounded
 from callgate._model import Event, Flow, Status
+from callgate.abstraction._drafts import Draft, ScriptContext, tool_drafts
 from callgate.abstraction._flow import FlowIndex
-from callgate.abstraction._tools import Draft, ScriptContext, tool_drafts
 
 _STATUSES: frozenset[str] = frozenset({"ok", "error", "denied"})
 #: Arguments that restate other arguments; value flow is not searched in them.

@@ -7,11 +7,11 @@ keeps the latest, the anchor, in a file outside the database.
 writing; the chain and checkpoint functions are pure and shared by every store.
 """
 
-from callgate.audit.chain import GENESIS_HASH, canonical_json, sha256_hex
-from callgate.audit.checkpoint import Checkpoint, generate_keypair, public_key_of
-from callgate.audit.files import verify_file
-from callgate.audit.store import AuditRecord, AuditStore, Durability
-from callgate.audit.verify import VerifyReport
+from callgate.audit._chain import GENESIS_HASH, canonical_json, sha256_hex
+from callgate.audit._checkpoint import Checkpoint, generate_keypair, public_key_of
+from callgate.audit._files import verify_file
+from callgate.audit._store import AuditRecord, AuditStore, Durability
+from callgate.audit._verify import VerifyReport
 
 __all__ = [
     "GENESIS_HASH",

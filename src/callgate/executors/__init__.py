@@ -13,10 +13,10 @@ from typing import Protocol, runtime_checkable
 
 from callgate._model import ToolCall, ToolResult
 from callgate.executors._addresses import check_address, parse_ipv4_spelling
-from callgate.executors.database import DatabaseExecutor, SqlClass, classify_sql
-from callgate.executors.file import FileExecutor
-from callgate.executors.http import HttpExecutor
-from callgate.executors.retrieval import RetrievalExecutor
+from callgate.executors._database import DatabaseExecutor, SqlClass, classify_sql
+from callgate.executors._file import FileExecutor
+from callgate.executors._http import HttpExecutor
+from callgate.executors._retrieval import RetrievalExecutor
 
 
 @runtime_checkable

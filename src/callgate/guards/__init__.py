@@ -20,20 +20,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from callgate.guards._settings import (
+from callgate.guards._egress import EgressGuard
+from callgate.guards._injection import InjectionGuard, normalise
+from callgate.guards._secrets import ProvenanceGuard, SecretsGuard
+from callgate.guards._store import FingerprintStore
+from callgate.policy._settings import (
     EgressSettings,
     GuardSettings,
     InjectionSettings,
     ProvenanceSettings,
     SecretsSettings,
 )
-from callgate.guards._store import FingerprintStore
-from callgate.guards.egress import EgressGuard
-from callgate.guards.injection import InjectionGuard, normalise
-from callgate.guards.secrets import ProvenanceGuard, SecretsGuard
 
 if TYPE_CHECKING:
-    from callgate._kernel import Guard
+    from callgate.kernel._kernel import Guard
 
 
 def build_guards(settings: GuardSettings | None = None, *,

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from callgate._regex import compile_search_regex
+from callgate.matchers._regex import compile_search_regex
 
 #: How deep parameters are walked; the kernel refuses deeper nesting before guards run.
 MAX_DEPTH = 40
@@ -23,9 +23,9 @@ _B64_ONLY = re.compile(r"^[A-Za-z0-9+/_-]+={0,2}$")
 
 #: Shapes of credentials that are secret wherever they appear. They search agent-supplied text
 #: (every decoded form of every parameter) and what reads return, so they run on RE2 with
-#: Python's meaning (``callgate._regex``): linear in the text, where Python's engine took time
-#: quadratic in it (``-eyJ`` or ``-----BEGIN PRIVATE KEY-----`` repeated) or worse (blank lines
-#: before the assignment pattern). Word boundaries are ASCII (``(?a)``), like the classes.
+#: Python's meaning (``callgate.matchers._regex``): linear in the text, where Python's engine
+#: took time quadratic in it (``-eyJ`` or ``-----BEGIN PRIVATE KEY-----`` repeated) or worse (blank
+#: lines before the assignment pattern). Word boundaries are ASCII (``(?a)``), like the classes.
 KEY_SHAPES: tuple[tuple[str, Any], ...] = tuple((name, compile_search_regex(pattern)) for
                                                 name, pattern in (
     ("pem-private-key",

@@ -21,7 +21,7 @@ from callgate.manifest._build import (
 from callgate.manifest._coverage import glob_covers, host_covers
 from callgate.manifest._discover import load_target, manifest_of
 from callgate.manifest._findings import Finding
-from callgate.manifest._lint import lint_module
+from callgate.manifest._lint_tools import lint_module
 from callgate.manifest._verify import verify_manifest
 
 __all__ = [

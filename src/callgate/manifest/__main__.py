@@ -1,6 +1,6 @@
 """``python -m callgate.manifest generate|verify|lint-tools ...``."""
 
-from callgate.manifest.cli import standalone
+from callgate.cli._manifest import standalone
 
 if __name__ == "__main__":
     standalone()

@@ -25,7 +25,7 @@ import yaml
 
 from callgate._errors import CallgateError
 from callgate._jsonlimits import MAX_JSON_DEPTH, loads_bounded
-from callgate._policy import (
+from callgate.policy._schema import (
     Capability,
     EnvironmentPolicy,
     FilesystemPolicy,
@@ -160,7 +160,7 @@ def _rule(rule: Rule) -> dict[str, Any]:
 
 
 def build_manifest(policy: Policy | None, tools: Mapping[str, ToolPolicy]) -> dict[str, Any]:
-    """The manifest of ``policy`` (principal, rules, tools, run state, behaviour) plus ``tools``.
+    """The manifest of ``policy`` (principal, rules, tools, run state, behavior) plus ``tools``.
 
     A tool named both in ``policy.tools`` and in ``tools`` must be declared identically;
     otherwise ``ManifestError`` (the runtime refuses such a redeclaration too). Rules appear in

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from callgate._paths import class_end, class_pattern
+from callgate.matchers._paths import class_end, class_pattern
 
 _GLOB_CHARS = frozenset("*?[")
 

@@ -20,10 +20,10 @@ from types import ModuleType
 from typing import Any
 
 from callgate._errors import CallgateError
-from callgate._loader import load_policy
-from callgate._policy import Policy, ToolPolicy
-from callgate._tools import Tool, declaration_of
+from callgate.kernel._declare import Tool, declaration_of
 from callgate.manifest._build import ManifestError, build_manifest
+from callgate.policy._loader import load_policy
+from callgate.policy._schema import Policy, ToolPolicy
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from callgate._policy import RISK_ORDER
 from callgate.manifest._build import ManifestError
 from callgate.manifest._coverage import host_covers, uncovered_globs, uncovered_hosts
 from callgate.manifest._findings import Finding
+from callgate.policy._schema import RISK_ORDER
 
 _NETWORK_RANK = {"deny": 0, "hosts": 1, "allow": 2, "unspecified": 3}
 _ENV_RANK = {"deny": 0, "variables": 1, "unspecified": 2}
@@ -355,7 +355,7 @@ def _compare_behavior(old: list[Mapping[str, Any]],
         current = after.get(statement["id"])
         if current is None:
             found.append(Finding(POLICY_SEVERITY, "behavior.removed", subject,
-                                 "behavioural statement removed"))
+                                 "behavioral statement removed"))
             continue
         if current["rule"] != statement["rule"]:
             found.append(Finding(POLICY_SEVERITY, "behavior.changed", subject,

@@ -19,19 +19,21 @@ from typing import Literal
 
 from callgate._errors import CallgateError, SandboxError
 from callgate._model import Reason
-from callgate._policy import ToolPolicy
-from callgate.sandbox import bwrap, firejail, seccomp
-from callgate.sandbox._runner import RawRun, run_process
-from callgate.sandbox._spec import SCAN_LIMIT, SandboxSpec, build_spec, check_supported
-from callgate.sandbox.classify import classify
-from callgate.sandbox.limits import (
+from callgate.policy._schema import ToolPolicy
+from callgate.sandbox import _bwrap as bwrap
+from callgate.sandbox import _firejail as firejail
+from callgate.sandbox import _seccomp as seccomp
+from callgate.sandbox._classify import classify
+from callgate.sandbox._limits import (
     LimitPlan,
     PidsCgroup,
     enter_cgroup_argv,
     pids_cgroup_base,
     plan_limits,
 )
-from callgate.sandbox.none import none_argv, warn_unconfined
+from callgate.sandbox._none import none_argv, warn_unconfined
+from callgate.sandbox._runner import RawRun, run_process
+from callgate.sandbox._spec import SCAN_LIMIT, SandboxSpec, build_spec, check_supported
 
 __all__ = ["BackendName", "Sandbox", "SandboxOutcome", "available_backends"]
 

@@ -1,9 +1,10 @@
 """Which credential paths inside the visible roots the sandbox covers, found by a complete scan.
 
-"Credential" is the one project-wide definition of a sensitive path (``callgate._sensitive``):
-``.ssh``, ``.aws``, ``.env*``, ``id_rsa``, ``*credential*``, ``secrets.yaml`` … A bind mount
-cannot hide "every ``.env`` below here" by rule, so every declared root is walked, to any depth,
-before each run (``os.scandir``: one listing per directory and no ``stat`` per entry).
+"Credential" is the one project-wide definition of a sensitive path
+(``callgate.matchers._sensitive``): ``.ssh``, ``.aws``, ``.env*``, ``id_rsa``, ``*credential*``,
+``secrets.yaml`` … A bind mount cannot hide "every ``.env`` below here" by rule, so every declared
+root is walked, to any depth, before each run (``os.scandir``: one listing per directory and no
+``stat`` per entry).
 
 The walk fails closed:
 
@@ -19,7 +20,7 @@ import os
 from collections.abc import Iterable
 
 from callgate._errors import SandboxError
-from callgate._sensitive import SENSITIVE_PATH, is_sensitive_name
+from callgate.matchers._sensitive import SENSITIVE_PATH, is_sensitive_name
 
 #: How many directory entries the credential scan may visit per run, over all roots.
 SCAN_LIMIT = 100_000

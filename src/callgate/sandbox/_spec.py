@@ -13,7 +13,7 @@ Glob rules (no widening):
 * a root that a symlink leads out of where it was written (``./build -> /elsewhere``,
   ``./src -> /etc``, or a wildcard match such as ``./srv/b -> /etc``) is refused with
   ``SandboxError`` unless the pattern is listed in ``filesystem.follow_symlinks``; the rule is
-  ``callgate._paths.root_escape``, the path gate's own. Every root is then bound at its
+  ``callgate.matchers._paths.root_escape``, the path gate's own. Every root is then bound at its
   ``realpath``;
 * a missing write root inside the working directory is created when the pattern names a
   directory (``./build/**``; a build directory often does not exist before the first build);
@@ -28,10 +28,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from callgate._errors import SandboxError
-from callgate._paths import root_escape
-from callgate._policy import Limits, NetworkHosts, ToolPolicy
+from callgate.matchers._paths import root_escape
+from callgate.policy._schema import Limits, NetworkHosts, ToolPolicy
 from callgate.sandbox._credentials import SCAN_LIMIT, is_within, off_path, sensitive_paths
-from callgate.sandbox.shells import hidden_shells
+from callgate.sandbox._shells import hidden_shells
 
 __all__ = [
     "SCAN_LIMIT", "SandboxSpec", "build_spec", "check_supported", "expand_glob", "is_within",
@@ -191,7 +191,7 @@ def _match_escape(pattern: str, match: str, working_dir: str) -> str | None:
 def check_roots(patterns: Iterable[str], working_dir: str, follow: Collection[str]) -> None:
     """Refuse a root that a symlink leads out of where it was written (unless followed).
 
-    The rule is ``callgate._paths.root_escape``, asked of each pattern's literal root and,
+    The rule is ``callgate.matchers._paths.root_escape``, asked of each pattern's literal root and,
     for a pattern with a wildcard, of each path it matches now.
     """
     for pattern in patterns:

@@ -1,1 +1,0 @@
-"""Behavioural statement packs shipped with callgate."""

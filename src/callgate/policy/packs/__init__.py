@@ -1,0 +1,1 @@
+"""Behavioral statement packs shipped with callgate."""

@@ -1,0 +1,175 @@
+"""Resource limits that hold even when callgate runs as root.
+
+Per-process limits (CPU seconds, address space, core size and, for a non-root caller, the
+process count) are set with ``prlimit`` inside the sandbox, just before the tool's command, so
+they bind the tool and everything it starts but not the sandbox launcher.
+
+``RLIMIT_NPROC`` is not checked for uid 0 in the initial user namespace, and a sandbox started
+by root keeps kernel uid 0 even inside its own user namespace. So for root the process count is
+enforced with a **pids cgroup** instead: a fresh cgroup per run with ``pids.max`` set, entered
+before the launcher starts, emptied (every task killed) and removed when the run ends. cgroup v1
+(``/sys/fs/cgroup/pids``) and a delegated cgroup v2 subtree with the ``pids`` controller
+enabled are both used when writable. Root without either cannot bound processes: a policy that
+declares ``processes`` is then refused rather than run unbounded.
+
+Wall time and output size are enforced by the runner (``_runner``), not by rlimits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+
+from callgate._errors import SandboxError
+from callgate.policy._schema import Limits
+
+CGROUP_V1_PIDS = "/sys/fs/cgroup/pids"
+CGROUP_V2 = "/sys/fs/cgroup"
+_GROUP_NAME = "callgate-sandbox"
+_MIB = 1024 * 1024
+
+
+def _v2_own_dir() -> str | None:
+    try:
+        with open("/proc/self/cgroup", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("0::"):
+                    return os.path.join(CGROUP_V2, line[3:].strip().lstrip("/"))
+    except OSError:
+        return None
+    return None
+
+
+def pids_cgroup_base() -> str | None:
+    """A directory under which this process may create pids cgroups, or None."""
+    if os.access(os.path.join(CGROUP_V1_PIDS, "cgroup.procs"), os.W_OK):
+        base = os.path.join(CGROUP_V1_PIDS, _GROUP_NAME)
+        with contextlib.suppress(OSError):
+            os.makedirs(base, exist_ok=True)
+            return base
+    own = _v2_own_dir()
+    if own is None:
+        return None
+    try:
+        with open(os.path.join(own, "cgroup.subtree_control"), encoding="ascii") as handle:
+            delegated = "pids" in handle.read().split()
+    except OSError:
+        return None
+    return own if delegated and os.access(own, os.W_OK) else None
+
+
+class PidsCgroup:
+    """One run's pids cgroup: bounded task count, observable limit hits, total cleanup."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, base: str, max_tasks: int) -> PidsCgroup:
+        """Make a fresh cgroup below ``base`` allowing at most ``max_tasks`` tasks."""
+        path = os.path.join(base, f"run-{uuid.uuid4().hex[:16]}")
+        try:
+            os.mkdir(path)
+            with open(os.path.join(path, "pids.max"), "w", encoding="ascii") as handle:
+                handle.write(str(max_tasks))
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            raise SandboxError(f"cannot create pids cgroup {path}: {exc}") from exc
+        return cls(path)
+
+    @property
+    def procs_file(self) -> str:
+        """Writing a pid here moves that process (and its future children) into the group."""
+        return os.path.join(self.path, "cgroup.procs")
+
+    def limit_hit(self) -> bool:
+        """True when a fork failed because the group was full (``pids.events`` max > 0)."""
+        try:
+            with open(os.path.join(self.path, "pids.events"), encoding="ascii") as handle:
+                for line in handle:
+                    key, _, value = line.partition(" ")
+                    if key == "max":
+                        return int(value) > 0
+        except (OSError, ValueError):
+            return False
+        return False
+
+    def _pids(self) -> list[int]:
+        try:
+            with open(self.procs_file, encoding="ascii") as handle:
+                return [int(line) for line in handle if line.strip()]
+        except (OSError, ValueError):
+            return []
+
+    def kill_all(self) -> None:
+        """SIGKILL every task left in the group (a tool's escaped background children)."""
+        for pid in self._pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+    def remove(self) -> None:
+        """Kill what is left and remove the group; a group that will not empty is left."""
+        # Killed tasks leave the group a moment after they die: retry briefly (about 1 s).
+        for attempt in range(200):
+            self.kill_all()
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.0005 if attempt < 20 else 0.005)
+
+
+@dataclass(frozen=True)
+class LimitPlan:
+    """How a policy's limits will be enforced for one backend."""
+
+    prefix: tuple[str, ...]
+    cgroup_base: str | None
+    max_tasks: int | None
+
+
+def plan_limits(
+    limits: Limits, *, euid: int, cgroup_base: str | None, launcher_tasks: int
+) -> LimitPlan:
+    """Choose the mechanism for each limit; refuse what cannot be enforced.
+
+    ``launcher_tasks`` is how many tasks the backend itself keeps in the group (the launcher,
+    the sandbox's init and ``prlimit``'s own exec do not count twice: it execs the tool).
+    """
+    options = ["--core=0"]
+    if limits.cpu_seconds is not None:
+        # Soft limit sends SIGXCPU (the signal the classifier reports); hard kills one later.
+        options.append(f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}")
+    if limits.memory_mb is not None:
+        options.append(f"--as={limits.memory_mb * _MIB}")
+    max_tasks: int | None = None
+    base: str | None = None
+    if limits.processes is not None:
+        if cgroup_base is not None:
+            base, max_tasks = cgroup_base, limits.processes + launcher_tasks
+        elif euid != 0:
+            options.append(f"--nproc={limits.processes + 1}")
+        else:
+            raise SandboxError(
+                "the policy limits processes but callgate runs as root and no pids cgroup is "
+                "writable (RLIMIT_NPROC does not apply to uid 0); run as a non-root user or "
+                "make a pids cgroup available"
+            )
+    prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
+    if prlimit is None:
+        raise SandboxError("prlimit (util-linux) is needed to set resource limits")
+    return LimitPlan(prefix=(prlimit, *options, "--"), cgroup_base=base, max_tasks=max_tasks)
+
+
+def enter_cgroup_argv(cgroup: PidsCgroup, argv: list[str]) -> list[str]:
+    """Wrap ``argv`` so it joins ``cgroup`` before it starts (no fork can escape the count)."""
+    script = 'echo $$ > "$0" && exec "$@"'
+    return ["/bin/sh", "-c", script, cgroup.procs_file, *argv]

@@ -1,0 +1,163 @@
+"""The incremental monitor for ``always(Θ)``: past operators by state, futures by residuals.
+
+``once(χ)`` and ``once[N](χ)`` are decided from the position where χ last held. An
+``eventually(χ)`` at position i asks whether χ holds at some later position; every position
+still waiting on the same ``eventually`` gets the same answer (true at the next position where
+χ holds, false if the run ends first). So the body's value at a position is a Boolean function
+of the ``M`` eventually operators that are still open: the monitor keeps it as a truth table
+(an int of ``2**M`` bits) and groups waiting positions by table. When χ_m holds, every group is
+cofactored with ``m = true``; a group whose table becomes 0 has failed for good (that is how
+``not eventually(…)`` is caught online), one that becomes all-ones is satisfied and dropped.
+At run end each group takes the all-false assignment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import cast
+
+from callgate._model import Event
+from callgate.temporal import _nodes as n
+from callgate.temporal._forms import NO_EVENTS
+from callgate.temporal._patterns import CompiledPattern
+
+Eval = Callable[[Event, int], int]
+_NONE: list[int] = []
+
+
+class AlwaysMonitor:
+    """Monitors ``always(Θ)``: the events where Θ is false fail."""
+
+    def __init__(self, body: n.Body) -> None:
+        self._eventually: list[n.Eventually] = []
+        self._onces: list[n.Once] = []
+        _collect(body, self._eventually, self._onces)
+        count = len(self._eventually)
+        self._size = 1 << count
+        self._full = (1 << self._size) - 1
+        self._atoms = [
+            sum(1 << a for a in range(self._size) if a >> m & 1) for m in range(count)
+        ]
+        self._last = [0] * len(self._onces)  # where each once's child last held (0 = never)
+        self._groups: dict[int, list[int]] = {}
+        self._root = self._compile(body)
+        self._once_children = [self._compile(o.body) for o in self._onces]
+        self._eventually_children = [self._compile(e.body) for e in self._eventually]
+
+    # -- compilation ----------------------------------------------------------------------
+    def _compile(self, body: n.Body) -> Eval:
+        full = self._full
+        if isinstance(body, n.Pattern):
+            pattern = CompiledPattern(body, (), binding=False)
+            return lambda ev, pos: full if pattern.ground(ev) else 0
+        if isinstance(body, n.Not):
+            child = self._compile(body.body)
+            return lambda ev, pos: full ^ child(ev, pos)
+        if isinstance(body, n.And | n.Or):
+            return _junction([self._compile(p) for p in body.parts], isinstance(body, n.And),
+                             full)
+        if isinstance(body, n.Once):
+            return self._once(body)
+        atom = self._atoms[_index(self._eventually, body)]
+        return lambda ev, pos: atom
+
+    def _once(self, body: n.Once) -> Eval:
+        full, last, slot, bound = self._full, self._last, _index(self._onces, body), body.bound
+        if bound is None:
+            return lambda ev, pos: full if last[slot] else 0
+        return lambda ev, pos: full if last[slot] and last[slot] >= pos - bound else 0
+
+    # -- monitoring -----------------------------------------------------------------------
+    def pending(self, ev: Event, pos: int) -> tuple[tuple[int, ...], object]:
+        """Positions failing for good once ``ev`` happens at ``pos``, and the plan to commit it."""
+        value = self._root(ev, pos)
+        once_hits = (
+            [i for i, child in enumerate(self._once_children) if child(ev, pos)]
+            if self._once_children else _NONE
+        )
+        hits = (
+            [m for m, child in enumerate(self._eventually_children) if child(ev, pos)]
+            if self._eventually_children else _NONE
+        )
+        if value == self._full and not (hits and self._groups):
+            return NO_EVENTS, (value, once_hits, self._groups)
+        failing: list[int] = []
+        groups = self._groups
+        if hits and groups:
+            groups = {}
+            for before, positions in self._groups.items():
+                table = before
+                for m in hits:
+                    table = self._cofactor(table, m)
+                if table == 0:
+                    failing.extend(positions)
+                elif table != self._full:
+                    groups.setdefault(table, []).extend(positions)
+        if value == 0:
+            failing.append(pos)
+        return (tuple(sorted(failing)) if failing else NO_EVENTS), (value, once_hits, groups)
+
+    def apply(self, plan: object, pos: int) -> None:
+        """Commit the event the plan was computed for."""
+        value, once_hits, groups = cast(tuple[int, list[int], dict[int, list[int]]], plan)
+        for slot in once_hits:
+            self._last[slot] = pos
+        if groups is not self._groups:
+            self._groups = groups
+        if value not in (0, self._full):
+            self._groups.setdefault(value, []).append(pos)
+
+    def finish(self) -> tuple[int, ...]:
+        """Positions whose waiting ``eventually`` operators never came true."""
+        return tuple(sorted(p for table, ps in self._groups.items() if not table & 1 for p in ps))
+
+    def _cofactor(self, table: int, m: int) -> int:
+        """The table with eventually operator ``m`` fixed to true."""
+        bit, result = 1 << m, 0
+        for assignment in range(self._size):
+            if table >> (assignment | bit) & 1:
+                result |= 1 << assignment
+        return result
+
+
+def _junction(children: list[Eval], conjunction: bool, full: int) -> Eval:
+    if conjunction:
+
+        def both(ev: Event, pos: int) -> int:
+            value = -1
+            for child in children:
+                value &= child(ev, pos)
+                if not value:
+                    return 0
+            return value
+
+        return both
+
+    def either(ev: Event, pos: int) -> int:
+        value = 0
+        for child in children:
+            value |= child(ev, pos)
+            if value == full:  # true in every world already: the rest cannot add anything
+                return value
+        return value
+
+    return either
+
+
+def _collect(body: n.Body, eventually: list[n.Eventually], onces: list[n.Once]) -> None:
+    if isinstance(body, n.Eventually):
+        eventually.append(body)
+        _collect(body.body, eventually, onces)
+    elif isinstance(body, n.Once):
+        onces.append(body)
+        _collect(body.body, eventually, onces)
+    elif isinstance(body, n.Not):
+        _collect(body.body, eventually, onces)
+    elif isinstance(body, n.And | n.Or):
+        for part in body.parts:
+            _collect(part, eventually, onces)
+
+
+def _index(items: list[n.Eventually] | list[n.Once], node: n.Body) -> int:
+    # Nodes are compared by identity: two textually equal sub-bodies are distinct operators.
+    return next(i for i, item in enumerate(items) if item is node)
