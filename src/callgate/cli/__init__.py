@@ -1,161 +1,83 @@
-"""The ``callgate`` command line: a thin layer over the public API.
+"""The ``callgate`` command line: a thin layer over the public API, one module per command group.
 
 Exit codes: 0 done (whatever the verdicts), 1 a check failed (broken audit chain, unsafe trace),
 2 bad input (a policy that does not load, an unreadable file). A line of input that is not a
 call (not UTF-8, not JSON, nested too deep, too long) is one denied, audited decision; the lines
 after it are decided as usual.
+
+``main`` knows every command by name, module and one-line help, and imports a command's module
+only when that command runs: ``callgate --help`` loads neither the models nor the kernel.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from typing import Any
+import importlib
+import importlib.util
 
 import click
 
-from callgate._errors import CallgateError, Denied
-from callgate._model import Reason
-from callgate.cli._audit import audit_group
-from callgate.cli._check import check_command
-from callgate.cli._common import (
-    deadline_option,
-    decide_unreadable,
-    decision_json,
-    fail,
-    load_cli_policy,
-    read_json_lines,
-)
-from callgate.cli._manifest import lint_tools_command, manifest_group
-from callgate.kernel._kernel import Kernel
-from callgate.policy.presets import preset_names
+#: command name -> (module, attribute, one-line help as the command itself states it)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "audit": ("callgate.cli._audit", "audit_group",
+              "Verify audit logs and manage their signed checkpoints."),
+    "check": ("callgate.cli._check", "check_command",
+              "Judge a recorded TRACE (or --db/--run) against a policy's behavior statements."),
+    "decide": ("callgate.cli._decide", "decide",
+               "Decide tool calls read as JSON lines on stdin (one run, in order)."),
+    "demo": ("callgate.cli._demo", "demo",
+             "A scripted agent run: prompt injection, credential theft attempt, quarantine, "
+             "audit."),
+    "exec": ("callgate.cli._decide", "exec_",
+             "Run COMMAND as a declared subprocess tool, through the kernel and its OS sandbox."),
+    "lint-tools": ("callgate.cli._manifest", "lint_tools_command",
+                   "Fail (exit 1) if a tool in MODULE (.py file or module name) uses an "
+                   "undeclared capability."),
+    "manifest": ("callgate.cli._manifest", "manifest_group",
+                 "The permission manifest: what every tool may touch, and checks that it only "
+                 "narrows."),
+    "policy": ("callgate.cli._policy", "policy",
+               "Work with policy files."),
+    "run": ("callgate.cli._run", "run_command",
+            "Execute tool calls read as JSON lines on stdin through the kernel and its "
+            "executors."),
+}
+
+#: the extras a command needs; without them it is not offered
+_NEEDS: dict[str, tuple[str, ...]] = {"run": ("httpx", "sqlglot")}
 
 
-@click.group()
+def _available(name: str) -> bool:
+    return all(importlib.util.find_spec(extra) is not None for extra in _NEEDS.get(name, ()))
+
+
+class _LazyGroup(click.Group):
+    """A group whose commands are imported when they are run, not when help is printed."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in COMMANDS if _available(name))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS or not _available(cmd_name):
+            return None
+        module, attribute, _ = COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # as click would print them, from the table instead of the imported commands
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = [(name, click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit))
+                for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup)
 @click.version_option(package_name="callgate")
 def main() -> None:
     """callgate: decide, audit and confine the tool calls of AI agents."""
-
-
-_policy_option = click.option("--policy", "policy", type=click.Path(dir_okay=False),
-                              help="Policy YAML file.")
-_preset_option = click.option("--preset", type=click.Choice(preset_names()),
-                              help="A shipped preset instead of a file.")
-
-
-@main.command()
-@_policy_option
-@_preset_option
-@click.option("--audit", "audit_db", type=click.Path(dir_okay=False), help="SQLite audit log.")
-@click.option("--working-dir", type=click.Path(file_okay=False), default=None)
-@deadline_option
-def decide(policy: str | None, preset: str | None, audit_db: str | None,
-           working_dir: str | None, deadline: float) -> None:
-    """Decide tool calls read as JSON lines on stdin (one run, in order)."""
-    loaded = load_cli_policy(policy, preset)
-    try:
-        kernel = Kernel(loaded, audit=audit_db, working_dir=working_dir,
-                        decision_deadline_s=deadline)
-    except CallgateError as exc:
-        fail(f"error: {exc}")
-    with kernel:
-        for _, item in read_json_lines(sys.stdin.buffer):
-            decision = decide_unreadable(kernel, item) if isinstance(item, Reason) else \
-                kernel.check(item)
-            click.echo(json.dumps(decision_json(decision), sort_keys=True))
-
-
-@main.command("exec", context_settings={"ignore_unknown_options": True})
-@_policy_option
-@_preset_option
-@click.option("--tool", required=True, help="The subprocess tool declared under tools:.")
-@click.option("--audit", "audit_db", type=click.Path(dir_okay=False), help="SQLite audit log.")
-@click.option("--backend", type=click.Choice(["auto", "bwrap", "firejail"]), default="auto")
-@click.option("--unconfined", is_flag=True,
-              help="Run without an OS sandbox when none is usable (warned about on every run).")
-@deadline_option
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(policy: str | None, preset: str | None, tool: str, audit_db: str | None, backend: str,
-          unconfined: bool, deadline: float, command: tuple[str, ...]) -> None:
-    """Run COMMAND as a declared subprocess tool, through the kernel and its OS sandbox.
-
-    The tool's output passes through; the exit status is the command's, or 126 when the kernel
-    denied the call or the sandbox stopped it.
-    """
-    loaded = load_cli_policy(policy, preset)
-    try:
-        kernel = Kernel(loaded, audit=audit_db, decision_deadline_s=deadline)
-    except CallgateError as exc:
-        fail(f"error: {exc}")
-    with kernel:
-        try:
-            result = kernel.run_subprocess(tool, list(command), backend=backend,  # type: ignore[arg-type]
-                                           allow_unconfined=unconfined)
-        except Denied as denied:
-            if denied.result is not None:
-                _pass_through(denied.result.output)
-            click.echo(f"callgate: {denied.decision.summary()}", err=True)
-            sys.exit(DENIED_EXIT)
-    _pass_through(result.output)
-    code = result.output.get("exit_code") if isinstance(result.output, dict) else None
-    sys.exit(code if isinstance(code, int) else 1)
-
-
-#: Exit status of ``callgate exec`` when the call was denied or confined.
-DENIED_EXIT = 126
-
-
-def _pass_through(output: Any) -> None:
-    if isinstance(output, dict):
-        sys.stdout.write(str(output.get("stdout", "")))
-        sys.stdout.flush()
-        sys.stderr.write(str(output.get("stderr", "")))
-        sys.stderr.flush()
-
-
-main.add_command(audit_group)
-
-
-@main.group()
-def policy() -> None:
-    """Work with policy files."""
-
-
-@policy.command("lint")
-@click.argument("file", type=click.Path(dir_okay=False))
-def policy_lint(file: str) -> None:
-    """Load a policy, report errors (exit 2) and risky patterns (as warnings)."""
-    from callgate.policy._lint import lint_policy
-
-    loaded = load_cli_policy(file, None)
-    warnings = lint_policy(loaded.policy)
-    for warning in warnings:
-        click.echo(f"warning: {warning}")
-    p = loaded.policy
-    grants = len(p.principal.capabilities) if p.principal else 0
-    click.echo(f"ok: {file}: {grants} capabilities, {len(p.rules)} rules, {len(p.tools)} tools, "
-               f"{len(p.behavior)} behavior statements, {len(warnings)} warnings")
-
-
-main.add_command(manifest_group)
-main.add_command(lint_tools_command)
-main.add_command(check_command)
-try:  # `callgate run` needs the executors extra (httpx, sqlglot)
-    from callgate.cli._run import run_command
-except ImportError:  # pragma: no cover - exercised only without the extra
-    pass
-else:
-    main.add_command(run_command)
-
-
-@main.command()
-@click.option("--audit", "audit_db", type=click.Path(dir_okay=False), default=None,
-              help="Where to write the audit log (default: a fresh file under ./.callgate/).")
-def demo(audit_db: str | None) -> None:
-    """A scripted agent run: prompt injection, credential theft attempt, quarantine, audit."""
-    from callgate.cli._demo import run_demo
-
-    sys.exit(run_demo(audit_db))
 
 
 if __name__ == "__main__":

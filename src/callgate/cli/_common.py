@@ -20,12 +20,18 @@ from callgate._model import Decision, Reason
 from callgate.kernel._behavior import compile_for
 from callgate.kernel._kernel import DEFAULT_DECISION_DEADLINE_S, Kernel
 from callgate.policy._loader import LoadedPolicy, load_policy
-from callgate.policy.presets import load_preset
+from callgate.policy.presets import load_preset, preset_names
 
 #: Longest input line, in bytes; a longer one is denied (``input.too-large``) unread.
 MAX_LINE_BYTES = 8 << 20
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+#: ``--policy FILE`` and ``--preset NAME``: where a command's policy comes from.
+policy_option = click.option("--policy", "policy", type=click.Path(dir_okay=False),
+                             help="Policy YAML file.")
+preset_option = click.option("--preset", type=click.Choice(preset_names()),
+                             help="A shipped preset instead of a file.")
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -9,10 +9,12 @@ and no secret is ever read (the kernel denies those calls before anything runs).
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import click
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
@@ -158,3 +160,13 @@ def _report_state(console: Console, kernel: Kernel) -> None:
     counters = ", ".join(f"{k}={v}" for k, v in state.counters.snapshot().items())
     console.print(f"run-state counters: {counters}")
     console.print(f"run taint: {', '.join(sorted(kernel.taint))}")
+
+
+@click.command()
+@click.option("--audit", "audit_db", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the audit log (default: a fresh file under ./.callgate/).")
+def demo(audit_db: str | None) -> None:
+    """A scripted agent run: prompt injection, credential theft attempt, quarantine, audit."""
+    sys.exit(run_demo(audit_db))
+
+
