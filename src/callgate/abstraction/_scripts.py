@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Any
-
-from tree_sitter import Node, Parser
+from typing import TYPE_CHECKING, Any
 
 from callgate.abstraction._shell import thread_parser
+
+if TYPE_CHECKING:  # tree-sitter is the abstraction extra, imported where a parser is made
+    from tree_sitter import Node, Parser
 
 #: Largest script read from disk or from a ``-c`` string.
 MAX_SCRIPT_CHARS = 1_000_000
@@ -254,7 +255,12 @@ def javascript_effects(source: str) -> list[Effect]:
     """Effects of a JavaScript program; raises ScriptError when it does not parse."""
     if len(source) > MAX_SCRIPT_CHARS:
         raise ScriptError(f"script longer than {MAX_SCRIPT_CHARS} characters")
-    tree = _js_parser().parse(source.encode("utf-8", "replace"))
+    try:
+        parser = _js_parser()
+    except ImportError as exc:  # fail closed: a script that cannot be read is an error
+        raise ScriptError("the JavaScript parser is not installed (the 'abstraction' extra)"
+                          ) from exc
+    tree = parser.parse(source.encode("utf-8", "replace"))
     if tree.root_node.has_error:
         raise ScriptError("JavaScript syntax error")
     out: list[Effect] = []

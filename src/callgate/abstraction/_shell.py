@@ -16,11 +16,17 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-
-from tree_sitter import Language, Node, Parser
+from typing import TYPE_CHECKING
 
 from callgate.abstraction._catalog import Catalog, default_catalog
 from callgate.abstraction._runners import Changing, Expanding, runs_command, runs_environment
+
+if TYPE_CHECKING:  # tree-sitter is the abstraction extra, imported where a parser is made
+    from tree_sitter import Node, Parser
+
+#: What a shell line is, when the parser (the ``abstraction`` extra) is not installed.
+NO_PARSER = ("the shell parser is not installed (the 'abstraction' extra: tree-sitter-bash), "
+             "so no shell line can be read")
 
 #: Longest command line parsed; longer lines become a ``parse_error`` command.
 MAX_COMMAND_CHARS = 100_000
@@ -109,6 +115,8 @@ def thread_parser(name: str, language: Callable[[], object]) -> Parser:
     """A tree-sitter parser per thread and grammar (parsers are not safe to share)."""
     parser: Parser | None = getattr(_local, name, None)
     if parser is None:
+        from tree_sitter import Language, Parser
+
         parser = Parser(Language(language()))
         setattr(_local, name, parser)
     return parser
@@ -552,8 +560,12 @@ def parse_commands(
     unsafe = _crashes_parser(command)
     if unsafe is not None:
         return [ShellCommand(words=(), wrappers=wrappers, depth=depth, parse_error=unsafe)]
+    try:
+        parser = _parser()
+    except ImportError:  # fail closed: a line that cannot be read is a parse error
+        return [ShellCommand(words=(), wrappers=wrappers, depth=depth, parse_error=NO_PARSER)]
     source = command.encode("utf-8", "replace")
-    tree = _parser().parse(source)
+    tree = parser.parse(source)
     walker = _Walker(source, depth, wrappers, default_catalog())
     error: str | None = None
     try:
