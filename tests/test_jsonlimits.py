@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from callgate._errors import TraceError
 from callgate._jsonlimits import MAX_JSON_DEPTH, JSONTooDeepError, loads_bounded, nesting_depth
 from callgate.manifest import ManifestError
-from callgate.manifest._build import parse_manifest
+from callgate.policy._manifest import parse_manifest
 
 DEEP = "[" * 100_000 + "]" * 100_000
 

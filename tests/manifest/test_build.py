@@ -21,8 +21,8 @@ from callgate.manifest import (
     redact,
     render,
 )
-from callgate.manifest._build import is_manifest_file
 from callgate.policy._loader import parse_policy
+from callgate.policy._manifest import is_manifest_file
 from tests.manifest.conftest import TOOLS_MODULE
 
 

@@ -13,11 +13,11 @@ from typing import Any, NoReturn
 import click
 
 from callgate._errors import CallgateError
-from callgate.manifest._build import Format, is_manifest_file, load_manifest, render
 from callgate.manifest._discover import manifest_of
 from callgate.manifest._findings import Finding
 from callgate.manifest._lint_tools import lint_module
 from callgate.manifest._verify import verify_manifest
+from callgate.policy._manifest import Format, is_manifest_file, load_manifest, render
 
 
 def _fail(message: str) -> NoReturn:

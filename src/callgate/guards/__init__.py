@@ -18,10 +18,9 @@ See ``docs/guards.md``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from callgate.guards._egress import EgressGuard
 from callgate.guards._injection import InjectionGuard, normalise
+from callgate.guards._protocol import Guard
 from callgate.guards._secrets import ProvenanceGuard, SecretsGuard
 from callgate.guards._store import FingerprintStore
 from callgate.policy._settings import (
@@ -31,9 +30,6 @@ from callgate.policy._settings import (
     ProvenanceSettings,
     SecretsSettings,
 )
-
-if TYPE_CHECKING:
-    from callgate.kernel._kernel import Guard
 
 
 def build_guards(settings: GuardSettings | None = None, *,
@@ -67,6 +63,7 @@ __all__ = [
     "EgressGuard",
     "EgressSettings",
     "FingerprintStore",
+    "Guard",
     "GuardSettings",
     "InjectionGuard",
     "InjectionSettings",

@@ -6,9 +6,10 @@
 ``_declare`` turns in-process functions into mediated tools.
 """
 
+from callgate.guards import Guard
 from callgate.kernel._capabilities import CapabilityToken
 from callgate.kernel._declare import Tool, ToolDeclaration, declare
-from callgate.kernel._kernel import ApprovalHandler, Executor, Guard, Kernel
+from callgate.kernel._kernel import ApprovalHandler, Executor, Kernel
 
 __all__ = [
     "ApprovalHandler",

@@ -24,14 +24,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import ValidationError
 
 from callgate._errors import AuditError, CallgateError, Denied, PolicyError, Problem
 from callgate._model import Decision, Reason, TaintLabel, ToolCall, ToolResult
 from callgate.audit import AuditStore
-from callgate.guards import build_guards
+from callgate.guards import Guard, build_guards
 from callgate.kernel._behavior import (
     CLASS_RISK,
     RunBehavior,
@@ -45,8 +45,8 @@ from callgate.kernel._rules import RuleSet
 from callgate.kernel._runstate import READ_ONLY_ACTIONS, Quarantine, RunState
 from callgate.kernel._taint import TaintTracker
 from callgate.kernel._toolpolicy import check_stance, check_usage
-from callgate.manifest import build_manifest, manifest_hash
 from callgate.matchers._paths import PathRejected, canonical_parameters
+from callgate.policy._manifest import build_manifest, manifest_hash
 from callgate.policy._roots import root_problems
 from callgate.policy._schema import CapabilityConstraints, Policy, ToolPolicy
 from callgate.sandbox import BackendName
@@ -56,16 +56,6 @@ from callgate.temporal import Violation
 log = logging.getLogger("callgate")
 
 ApprovalHandler = Callable[[ToolCall, Decision], bool]
-
-
-class Guard(Protocol):
-    """A content check run with the taint step: sees every call, and every result it produced."""
-
-    def check(self, call: ToolCall, taint: frozenset[str]) -> Reason | None:
-        """A reason (id, check="guard", message) to deny the pending call, or None."""
-
-    def observe(self, call: ToolCall, result: ToolResult | None) -> None:
-        """Learn from a decided call: ``result`` is None when it was only decided (``check``)."""
 
 
 Executor = Callable[[ToolCall], Any]

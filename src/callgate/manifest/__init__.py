@@ -9,7 +9,12 @@ Each finding prints as ``[severity] rule-id tool: message``. The command-line fo
 ``callgate manifest generate|verify`` and ``callgate lint-tools`` (``manifest.cli``).
 """
 
-from callgate.manifest._build import (
+from callgate.manifest._coverage import glob_covers, host_covers
+from callgate.manifest._discover import load_target, manifest_of
+from callgate.manifest._findings import Finding
+from callgate.manifest._lint_tools import lint_module
+from callgate.manifest._verify import verify_manifest
+from callgate.policy._manifest import (
     ManifestError,
     build_manifest,
     load_manifest,
@@ -18,11 +23,6 @@ from callgate.manifest._build import (
     redact,
     render,
 )
-from callgate.manifest._coverage import glob_covers, host_covers
-from callgate.manifest._discover import load_target, manifest_of
-from callgate.manifest._findings import Finding
-from callgate.manifest._lint_tools import lint_module
-from callgate.manifest._verify import verify_manifest
 
 __all__ = [
     "Finding",

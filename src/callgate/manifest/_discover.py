@@ -21,8 +21,8 @@ from typing import Any
 
 from callgate._errors import CallgateError
 from callgate.kernel._declare import Tool, declaration_of
-from callgate.manifest._build import ManifestError, build_manifest
 from callgate.policy._loader import load_policy
+from callgate.policy._manifest import ManifestError, build_manifest
 from callgate.policy._schema import Policy, ToolPolicy
 
 

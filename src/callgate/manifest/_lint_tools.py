@@ -25,7 +25,6 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from callgate.manifest._build import ManifestError
 from callgate.manifest._discover import import_target, module_tools
 from callgate.manifest._extract import (
     DYNAMIC,
@@ -40,6 +39,7 @@ from callgate.manifest._extract import (
     qualify,
 )
 from callgate.manifest._findings import Finding
+from callgate.policy._manifest import ManifestError
 from callgate.policy._schema import EnvironmentPolicy, NetworkHosts, ToolPolicy
 
 SEVERITY = "error"

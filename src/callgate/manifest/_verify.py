@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from callgate.manifest._build import ManifestError
 from callgate.manifest._coverage import host_covers, uncovered_globs, uncovered_hosts
 from callgate.manifest._findings import Finding
+from callgate.policy._manifest import ManifestError
 from callgate.policy._schema import RISK_ORDER
 
 _NETWORK_RANK = {"deny": 0, "hosts": 1, "allow": 2, "unspecified": 3}

@@ -11,16 +11,33 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 from callgate._errors import Problem, TemporalError
 from callgate._model import Event
-from callgate.policy._schema import BehaviorStatement
 from callgate.temporal._lexer import Placer
-from callgate.temporal._monitor import ActionIndex, CompiledStatement, Monitor, Violation
+from callgate.temporal._monitor import ActionIndex, CompiledStatement, Enforce, Monitor, Violation
 from callgate.temporal._parser import parse_with
 
 Engine = Literal["incremental", "smt"]
+
+
+class StatementText(Protocol):
+    """A statement as written: its id, its rule text and what breaking it does.
+
+    A policy file's ``BehaviorStatement`` is one; the language needs nothing else of the policy.
+    """
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def rule(self) -> str: ...
+
+    @property
+    def enforce(self) -> Enforce: ...
+
+
 Locate = Callable[[int], tuple[str, str, int, int] | None]
 
 
@@ -116,7 +133,7 @@ def _merged_message(first: Violation, second: Violation) -> str:
 
 
 def compile_behavior(
-    statements: Sequence[BehaviorStatement], *, locate: Locate | None = None
+    statements: Sequence[StatementText], *, locate: Locate | None = None
 ) -> BehaviorSet:
     """Parse and scope-check every statement; ``TemporalError`` lists all problems.
 
@@ -137,7 +154,7 @@ def compile_behavior(
     return BehaviorSet(compiled)
 
 
-def _placer(index: int, item: BehaviorStatement, locate: Locate | None) -> Placer:
+def _placer(index: int, item: StatementText, locate: Locate | None) -> Placer:
     where = locate(index) if locate is not None else None
     if where is None:
         return Placer(item.rule, f"<behavior {item.id}>", 1, 1)
