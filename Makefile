@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo test lint typecheck system-deps bench clean
+.PHONY: demo test test-base lint typecheck system-deps bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,11 +29,31 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: system-deps $(STAMP) lint typecheck
+test: system-deps $(STAMP) lint typecheck test-base
 	$(PY) -m pytest
+
+# The base install: the package without extras (no z3, tree-sitter, httpx, sqlglot, server,
+# postgres) answers --help and decides a call. Its dependencies are installed once per
+# pyproject.toml; the package itself is rebuilt from the tree on every run.
+BASE := .venv-base
+BASE_STAMP := $(BASE)/.deps-$(shell sha256sum pyproject.toml | cut -c1-12)
+BASE_CALL := {"tool": "read_file", "tool_class": "file", "action": "read", "parameters": {"path": "./data/notes.txt"}}
+
+$(BASE_STAMP): pyproject.toml
+	rm -rf $(BASE) && python3 -m venv $(BASE)
+	$(BASE)/bin/python -m pip install -q --upgrade pip
+	$(BASE)/bin/python -m pip install -q .
+	touch $@
+
+test-base: $(BASE_STAMP)
+	$(BASE)/bin/python -m pip install -q --no-deps --force-reinstall .
+	$(BASE)/bin/python -c "import importlib.util as u, sys; extra = [m for m in ('z3', 'tree_sitter', 'httpx', 'sqlglot', 'starlette', 'uvicorn', 'psycopg') if u.find_spec(m)]; sys.exit(f'extras installed in the base venv: {extra}' if extra else 0)"
+	cd $(BASE) && bin/callgate --help >/dev/null
+	cd $(BASE) && echo '$(BASE_CALL)' | bin/callgate decide --preset safe-research | tee /dev/stderr | grep -q '"verdict": "allow"'
+	$(BASE)/bin/callgate policy lint examples/research-agent.yaml
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(BASE) .mypy_cache .ruff_cache .pytest_cache
