@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from callgate._model import ToolCall
+from callgate._model import Reason, ToolCall
 from callgate.matchers._commands import check_command
 from callgate.matchers._hosts import check_host
 from callgate.matchers._paths import PathRejected, check_paths, intent_of, path_arguments
@@ -83,12 +83,17 @@ class RateLimiter:
 
 
 def check_grants(call: ToolCall, grants: Sequence[Capability], working_dir: str,
-                 limiter: RateLimiter) -> tuple[int | None, str]:
-    """Pick the first grant that admits the call: (its index, "") or (None, why not)."""
+                 limiter: RateLimiter) -> int | Reason:
+    """The index of the first grant that admits the call, or the reason none does.
+
+    ``capability.missing``: no grant covers the class and action; ``capability.constraint``:
+    grants cover them, and the call breaks each one's constraints (all of their reasons).
+    """
     candidates = [(i, g) for i, g in enumerate(grants)
                   if g.tool_class == call.tool_class and g.covers_action(call.action)]
     if not candidates:
-        return None, f"no capability grants {call.tool_class}.{call.action}"
+        return Reason(id="capability.missing", check="capability",
+                      message=f"no capability grants {call.tool_class}.{call.action}")
     reasons = []
     for index, grant in candidates:
         why = check_constraints(call, grant.constraints, working_dir)
@@ -96,9 +101,10 @@ def check_grants(call: ToolCall, grants: Sequence[Capability], working_dir: str,
         if why is None and limit is not None and limiter.full(index, limit):
             why = f"rate limit of {limit} calls per minute reached"
         if why is None:
-            return index, ""
+            return index
         reasons.append(why)
-    return None, "; ".join(dict.fromkeys(reasons))
+    return Reason(id="capability.constraint", check="capability",
+                  message="; ".join(dict.fromkeys(reasons)))
 
 
 @dataclass(slots=True)

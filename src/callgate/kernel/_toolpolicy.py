@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from callgate._model import ToolCall
+from callgate._model import Reason, ToolCall
 from callgate.matchers._paths import PathRejected, check_paths, intent_of, path_arguments
 from callgate.policy._schema import ToolPolicy
 
@@ -60,3 +60,11 @@ def check_stance(call: ToolCall, policy: ToolPolicy, working_dir: str) -> tuple[
     if verdict is not None:
         return "tool.filesystem", verdict.reason
     return None
+
+
+def check_tool(call: ToolCall, policy: ToolPolicy, completed: Mapping[str, int],
+               invoked: Mapping[str, int], working_dir: str) -> Reason | None:
+    """The tool-policy step: the declared tool's usage constraints, then its stance."""
+    found = check_usage(call, policy, completed, invoked) or check_stance(call, policy,
+                                                                          working_dir)
+    return None if found is None else Reason(id=found[0], check="tool-policy", message=found[1])

@@ -77,7 +77,8 @@ def _is_tool_decorator(node: ast.expr, names: dict[str, str]) -> bool:
     if isinstance(target, ast.Attribute) and target.attr == "tool":
         return True
     name = qualify(target, names)
-    return name is not None and (name == "callgate.declare" or name.endswith("._tools.declare"))
+    return name is not None and (name in ("callgate.declare", "callgate.kernel.declare")
+                                 or name.endswith(("._tools.declare", "._declare.declare")))
 
 
 def decorated_tools(tree: ast.Module) -> list[str]:

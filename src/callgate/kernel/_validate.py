@@ -1,0 +1,174 @@
+"""The first step: a raw call becomes a well-formed ``ToolCall`` with canonical paths, or a reason.
+
+Bounds are checked before the model is built (size, nesting, text that is not Unicode); every
+path the checks will see is made canonical against the tool's working directory, so what is
+checked is what runs. ``placeholder`` makes a stand-in for anything at all, so that even a call
+that could not be read is audited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from callgate._model import Reason, ToolCall
+from callgate.kernel._registry import ToolRegistry
+from callgate.matchers._paths import PathRejected, canonical_parameters
+
+MAX_PARAMETER_BYTES = 1 << 20
+MAX_PARAMETER_DEPTH = 32
+#: Characters of an error message or stand-in text kept in reasons and audit records.
+MAX_ERROR_CHARS = 2048
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """What the kernel sets on every call: where it stands in the run, and when it came."""
+
+    run_id: str
+    sequence: int
+    principal: str
+    timestamp: float
+
+    @property
+    def call_id(self) -> str:
+        return f"{self.run_id}:{self.sequence}"
+
+
+def _reason(reason_id: str, message: str) -> Reason:
+    return Reason(id=reason_id, check="validate", message=message)
+
+
+def validate(raw: object, stamp: Stamp, registry: ToolRegistry,
+             path_classes: frozenset[str]) -> ToolCall | Reason:
+    """The call ``raw`` describes, stamped and canonical, or why it is not one."""
+    if not isinstance(raw, ToolCall | Mapping):
+        return _reason("input.invalid", f"a call must be a mapping, not {type(raw).__name__}")
+    data = raw.model_dump() if isinstance(raw, ToolCall) else dict(raw)
+    declared = registry.get(str(data.get("tool", "")))
+    if "tool_class" not in data and declared is not None and declared.tool_class:
+        data["tool_class"] = declared.tool_class
+    size, depth, text = measure(data.get("parameters", {}))
+    if not text:
+        return _reason("input.invalid", "parameters hold a lone surrogate (text that is not "
+                       "Unicode, such as an undecodable file name)")
+    if size > MAX_PARAMETER_BYTES:
+        return _reason("input.too-large",
+                       f"parameters are {size} bytes, over the limit of {MAX_PARAMETER_BYTES}")
+    if depth > MAX_PARAMETER_DEPTH:
+        return _reason("input.too-deep",
+                       f"parameters nest deeper than {MAX_PARAMETER_DEPTH} levels")
+    data.update(id=stamp.call_id, run_id=stamp.run_id, sequence=stamp.sequence,
+                timestamp=now_iso(stamp.timestamp), principal=stamp.principal)
+    try:
+        call = ToolCall.model_validate(data)
+    except ValidationError as exc:
+        return _reason("input.invalid", validation_message(exc))
+    return canonicalise(call, registry, path_classes)
+
+
+def canonicalise(call: ToolCall, registry: ToolRegistry,
+                 path_classes: frozenset[str]) -> ToolCall | Reason:
+    """One canonical path feeds both the checks and the executor: what is checked is what runs."""
+    declared = registry.get(call.tool)
+    if call.tool_class != "file" and call.tool_class not in path_classes and (
+            declared is None or declared.filesystem is None):
+        return call
+    extra = declared.path_params if declared is not None else ()
+    try:
+        params = canonical_parameters(call.parameters, registry.base(declared), extra)
+    except PathRejected as exc:
+        return _reason("path.rejected", str(exc))
+    return call.model_copy(update={"parameters": params})
+
+
+def placeholder(raw: object, stamp: Stamp, call_id: str | None = None) -> ToolCall:
+    """A well-formed stand-in for any value, so that its denial can still be audited."""
+    def text(key: str, default: str) -> str:
+        try:
+            value = getattr(raw, key, None) if isinstance(raw, ToolCall) else (
+                raw.get(key) if isinstance(raw, Mapping) else None)
+        except Exception:  # a mapping whose lookups fail
+            value = None
+        return safe_text(value[:256]) if isinstance(value, str) and value else default
+
+    return ToolCall(tool=text("tool", "<invalid>"), tool_class=text("tool_class", "unknown"),
+                    action=text("action", "unknown"), id=call_id or stamp.call_id,
+                    run_id=stamp.run_id, sequence=stamp.sequence, principal=stamp.principal,
+                    timestamp=now_iso(stamp.timestamp))
+
+
+def measure(value: Any) -> tuple[int, int, bool]:
+    """(approximate size in bytes, nesting depth, whether every string is Unicode text) of a
+    JSON-like value; stops when too deep or too large."""
+    if type(value) is dict and all(type(v) in _SCALARS for v in value.values()):
+        # the common case, a flat mapping of scalars, without the general walk
+        return (sum(len(str(k)) + (len(v) if type(v) is str else 8) for k, v in value.items()),
+                1, all(is_text(k) and (type(v) is not str or is_text(v))
+                       for k, v in value.items() if type(k) is str))
+    size, depth, text = 0, 0, True
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, str):
+            size, text = size + len(item) + 2, text and is_text(item)
+            continue
+        depth = max(depth, level)
+        if level > MAX_PARAMETER_DEPTH or size > MAX_PARAMETER_BYTES:
+            break
+        if isinstance(item, Mapping):
+            size += 2
+            for key, inner in item.items():
+                size += len(key) + 3 if isinstance(key, str) else 8
+                text = text and (not isinstance(key, str) or is_text(key))
+                stack.append((inner, level + 1))
+        elif isinstance(item, list | tuple):
+            size += 2
+            stack.extend((inner, level + 1) for inner in item)
+        else:
+            size += 8
+    return size, depth, text
+
+
+def is_text(value: str) -> bool:
+    """False for a string holding a lone surrogate: not Unicode text, so no pattern engine
+    (RE2 takes UTF-8) and no log can judge or record it faithfully."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def safe_text(value: object, limit: int = MAX_ERROR_CHARS) -> str:
+    """``value`` as bounded text any UTF-8 store can hold (lone surrogates escaped)."""
+    try:
+        text = value if isinstance(value, str) else repr(value)
+    except Exception:  # a repr that recurses too deep or raises
+        text = f"<unprintable {type(value).__name__}>"
+    return text[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as one bounded line: its type and message."""
+    return safe_text(f"{type(exc).__name__}: {exc}")
+
+
+def validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "call"
+        parts.append(f"{where}: {err['msg']}")
+    return "invalid call: " + "; ".join(parts)
+
+
+def now_iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
