@@ -10,6 +10,7 @@ writing; the chain and checkpoint functions are pure and shared by every store.
 from callgate.audit._chain import GENESIS_HASH, canonical_json, sha256_hex
 from callgate.audit._checkpoint import Checkpoint, generate_keypair, public_key_of
 from callgate.audit._files import verify_file
+from callgate.audit._keys import read_public_key
 from callgate.audit._store import AuditRecord, AuditStore, Durability
 from callgate.audit._verify import VerifyReport
 
@@ -23,6 +24,7 @@ __all__ = [
     "canonical_json",
     "generate_keypair",
     "public_key_of",
+    "read_public_key",
     "sha256_hex",
     "verify_file",
 ]
