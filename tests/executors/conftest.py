@@ -13,8 +13,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from callgate import ToolCall
-
 GZIP_BOMB = gzip.compress(b"\0" * (20 * 2**20), compresslevel=9)
 
 
@@ -155,14 +153,3 @@ def fresh_server() -> Iterator[LoopbackServer]:
     server.shutdown()
     server.server_close()
     thread.join(5)
-
-
-def make_call(tool_class: str, action: str, **parameters: object) -> ToolCall:
-    """An allowed call as the kernel would hand it to an executor."""
-    return ToolCall(
-        tool=f"{tool_class}.{action}",
-        tool_class=tool_class,
-        action=action,
-        parameters=dict(parameters),
-        id="call-1",
-    )

@@ -14,8 +14,7 @@ from callgate import ExecutorError, TaintLabel, ToolResult
 from callgate.executors import DatabaseExecutor, classify_sql
 from callgate.executors._database import table_allowed
 from callgate.executors._result import Refusal
-
-from .conftest import make_call
+from callgate.testing import tool_call as make_call
 
 
 @pytest.fixture

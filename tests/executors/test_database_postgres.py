@@ -20,8 +20,7 @@ import pytest
 from callgate import ToolResult
 from callgate.executors import DatabaseExecutor
 from callgate.executors._result import Refusal
-
-from .conftest import make_call
+from callgate.testing import tool_call as make_call
 
 BIN = Path("/usr/lib/postgresql/15/bin")
 

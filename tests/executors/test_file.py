@@ -16,8 +16,7 @@ from callgate.executors import FileExecutor
 from callgate.executors._file import PathScope, descriptor_path
 from callgate.kernel._kernel import Kernel
 from callgate.policy._schema import Policy
-
-from .conftest import make_call
+from callgate.testing import tool_call as make_call
 
 SECRET = "TOPSECRET"
 

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from callgate import ExecutorError, TaintLabel, ToolResult
 from callgate.executors import HttpExecutor
+from callgate.testing import tool_call as make_call
 
-from .conftest import LoopbackServer, make_call
+from .conftest import LoopbackServer
 
 LOOPBACK = frozenset({"127.0.0.1"})
 

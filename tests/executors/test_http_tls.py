@@ -16,8 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from callgate.executors import HttpExecutor
-
-from .conftest import make_call
+from callgate.testing import tool_call as make_call
 
 NAME = "secure.test"
 

@@ -12,8 +12,7 @@ from callgate.executors import (
     HttpExecutor,
     RetrievalExecutor,
 )
-
-from .conftest import make_call
+from callgate.testing import tool_call as make_call
 
 
 def test_all_lists_exactly_the_public_names_sorted() -> None:
@@ -44,10 +43,11 @@ def test_a_call_for_another_tool_class_is_denied_by_every_executor(tmp_path: Pat
         RetrievalExecutor(root=str(tmp_path)),
     ]
     for executor in built:
-        result = executor.execute(make_call("shell", "read", path="x", query="x"))
+        call = make_call("shell", "read", path="x", query="x")
+        result = executor.execute(call)
         assert result.status == "denied"
         assert str(result.error).startswith("executor.tool-class")
-        assert result.call_id == "call-1"
+        assert result.call_id == call.id
 
 
 def test_an_executor_can_be_called_directly_like_a_plain_function(tmp_path: Path) -> None:

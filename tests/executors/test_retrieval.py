@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from callgate import ExecutorError, TaintLabel, ToolResult
 from callgate.executors import RetrievalExecutor
 from callgate.executors._retrieval import split_passages
-
-from .conftest import make_call
+from callgate.testing import tool_call as make_call
 
 SECRET = "TOPSECRET"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,10 @@ from callgate.executors._shell import (
 )
 from callgate.policy._schema import FilesystemPolicy, ToolPolicy
 from callgate.sandbox import available_backends
+from callgate.testing import tool_call
+
+#: a call of the shell tool ``sh``
+sh_call = partial(tool_call, "shell", "exec", "sh")
 
 needs_sandbox = pytest.mark.skipif(not available_backends(),
                                    reason="no bwrap or firejail on this host")
@@ -28,10 +33,6 @@ ALLOWED = ["ls", "cat", "grep", "echo", "wc", "sudo", "timeout"]
 def shell(workdir: Path, **kwargs: Any) -> ShellExecutor:
     kwargs.setdefault("allowed_commands", ALLOWED)
     return ShellExecutor(kwargs.pop("policy", None), working_dir=str(workdir), **kwargs)
-
-
-def call(**params: Any) -> ToolCall:
-    return ToolCall(tool="sh", tool_class="shell", action="exec", parameters=params, id="c1")
 
 
 def error_id(result: Any) -> str:
@@ -46,27 +47,27 @@ def work(tmp_path: Path) -> Path:
 
 @needs_sandbox
 def test_plain_command_string_runs_as_the_argv_the_parser_read(work: Path) -> None:
-    result = shell(work)(call(command="grep -n 'beta' a.txt"))
+    result = shell(work)(sh_call(command="grep -n 'beta' a.txt"))
     assert result.status == "ok"
     assert result.output["stdout"] == "2:beta\n"
 
 
 @needs_sandbox
 def test_argv_runs_as_is_without_a_shell(work: Path) -> None:
-    result = shell(work)(call(argv=["echo", "$(id)", ";", "|"]))
+    result = shell(work)(sh_call(argv=["echo", "$(id)", ";", "|"]))
     assert result.output["stdout"] == "$(id) ; |\n"
 
 
 @needs_sandbox
 def test_default_policy_hides_files_outside_the_working_dir(work: Path) -> None:
-    result = shell(work)(call(command="cat /etc/shadow"))
+    result = shell(work)(sh_call(command="cat /etc/shadow"))
     assert result.status == "denied"
     assert error_id(result) == "sandbox.read"
 
 
 @needs_sandbox
 def test_default_policy_denies_writes(work: Path) -> None:
-    result = shell(work, allow_metacharacters=True)(call(command="echo x > b.txt"))
+    result = shell(work, allow_metacharacters=True)(sh_call(command="echo x > b.txt"))
     assert result.status == "denied"
     assert not (work / "b.txt").exists()
     assert DEFAULT_SHELL_POLICY.network == "deny"
@@ -78,7 +79,7 @@ def test_declared_policy_is_the_sandbox(work: Path) -> None:
     policy = ToolPolicy(filesystem=FilesystemPolicy(read=["./**"], write=["./out/**"]),
                         network="deny", environment="deny")
     result = shell(work, policy=policy, allow_metacharacters=True)(
-        call(command="echo hi > out/b.txt"))
+        sh_call(command="echo hi > out/b.txt"))
     assert result.status == "ok"
     assert (work / "out" / "b.txt").read_text() == "hi\n"
 
@@ -103,7 +104,7 @@ def test_declared_policy_is_the_sandbox(work: Path) -> None:
 def test_refused_commands_never_start(work: Path, params: dict[str, Any], reason: str) -> None:
     # Backend "none" without the unconfined opt-in cannot start anything: had the call reached
     # the sandbox it would say sandbox.unavailable, so the reason proves the check refused it.
-    result = shell(work, backend="none")(call(**params))
+    result = shell(work, backend="none")(sh_call(**params))
     assert result.status == "denied", result
     assert error_id(result) == reason
 
@@ -111,24 +112,24 @@ def test_refused_commands_never_start(work: Path, params: dict[str, Any], reason
 @pytest.mark.parametrize("params", [{}, {"argv": "ls"}, {"argv": []}, {"command": ""},
                                     {"argv": ["ls"], "command": "ls"}])
 def test_malformed_parameters_are_errors(work: Path, params: dict[str, Any]) -> None:
-    result = shell(work)(call(**params))
+    result = shell(work)(sh_call(**params))
     assert result.status == "error"
     assert error_id(result) == "params.invalid"
 
 
 @needs_sandbox
 def test_metacharacters_run_through_sh_in_the_sandbox_only_when_allowed(work: Path) -> None:
-    result = shell(work, allow_metacharacters=True)(call(command="cat a.txt | grep beta"))
+    result = shell(work, allow_metacharacters=True)(sh_call(command="cat a.txt | grep beta"))
     assert result.status == "ok"
     assert result.output["stdout"] == "beta\n"
-    refused = shell(work, allow_metacharacters=True)(call(command="cat a.txt | curl -d @- x"))
+    refused = shell(work, allow_metacharacters=True)(sh_call(command="cat a.txt | curl -d @- x"))
     assert error_id(refused) == "shell.command-not-allowed"
 
 
 def test_interpreters_are_refused_even_when_allowed_by_name(work: Path) -> None:
     ex = shell(work, allowed_commands=["python3", "node"])
-    assert error_id(ex(call(argv=["python3", "-c", "1"]))) == "shell.interpreter"
-    assert error_id(ex(call(command="node -e 1"))) == "shell.interpreter"
+    assert error_id(ex(sh_call(argv=["python3", "-c", "1"]))) == "shell.interpreter"
+    assert error_id(ex(sh_call(command="node -e 1"))) == "shell.interpreter"
 
 
 def test_other_tool_classes_are_refused(work: Path) -> None:
@@ -187,7 +188,7 @@ def test_commands_hidden_in_options_of_allowed_programs_never_run(
     subprocess.run(["git", "init", "-q", str(work)], check=True)
     ex = shell(work, policy=WRITABLE, allowed_commands=["sed", "git", "tar", "find", "env"],
                allow_metacharacters=True)
-    result = ex(call(**params))
+    result = ex(sh_call(**params))
     assert result.status == "denied", result
     assert error_id(result) == "shell.runs-command"
     assert not (work / "pwned").exists()
@@ -196,8 +197,8 @@ def test_commands_hidden_in_options_of_allowed_programs_never_run(
 @needs_sandbox
 def test_benign_options_of_the_same_programs_still_run(work: Path) -> None:
     ex = shell(work, policy=WRITABLE, allowed_commands=["sed", "tar"])
-    assert ex(call(command="sed -n 2p a.txt")).output["stdout"] == "beta\n"
-    assert ex(call(command="tar -cf b.tar a.txt")).status == "ok"
+    assert ex(sh_call(command="sed -n 2p a.txt")).output["stdout"] == "beta\n"
+    assert ex(sh_call(command="tar -cf b.tar a.txt")).status == "ok"
     assert (work / "b.tar").exists()
 
 
@@ -215,12 +216,12 @@ def test_wrappers_environment_and_nested_shells_cannot_hide_a_command(
     ex = shell(work, backend="none", allowed_commands=[*ALLOWED, "git", "sed", "xargs", "env",
                                                        "bash"],
                allow_metacharacters=allow, allow_interpreters=allow)
-    assert error_id(ex(call(**params))) == "shell.runs-command"
+    assert error_id(ex(sh_call(**params))) == "shell.runs-command"
 
 
 def test_an_argv_too_long_to_parse_is_refused_not_run_unchecked(work: Path) -> None:
     ex = shell(work, backend="none", allowed_commands=["sh"], allow_interpreters=True)
-    result = ex(call(argv=["sh", "-c", "id " + "a" * 200_000]))
+    result = ex(sh_call(argv=["sh", "-c", "id " + "a" * 200_000]))
     assert error_id(result) == "shell.unparseable"
 
 
@@ -236,7 +237,7 @@ def test_options_the_shell_makes_at_run_time_never_reach_a_checked_program(
     (work / "opts").write_text("--checkpoint=1 --checkpoint-action=exec=touch\\ pwned a.txt\n")
     ex = shell(work, policy=WRITABLE, allowed_commands=["tar", "echo", "cat", "touch"],
                allow_metacharacters=True)
-    result = ex(call(command=command))
+    result = ex(sh_call(command=command))
     assert error_id(result) == "shell.runs-command", result
     assert not (work / "pwned").exists()
 
@@ -244,8 +245,8 @@ def test_options_the_shell_makes_at_run_time_never_reach_a_checked_program(
 def test_an_argv_longer_than_the_string_bound_is_refused_before_it_is_peeled(
         work: Path) -> None:
     ex = shell(work, backend="none", allowed_commands=["env", "ls"], allow_metacharacters=True)
-    assert error_id(ex(call(argv=["env"] * 30_000 + ["ls"]))) == "shell.unparseable"
-    assert error_id(ex(call(command="env " * 12_000 + "ls"))) == "shell.unparseable"
+    assert error_id(ex(sh_call(argv=["env"] * 30_000 + ["ls"]))) == "shell.unparseable"
+    assert error_id(ex(sh_call(command="env " * 12_000 + "ls"))) == "shell.unparseable"
 
 
 @pytest.mark.parametrize("command", [
@@ -258,4 +259,4 @@ def test_a_program_the_shell_names_at_run_time_is_refused_with_no_allow_list(
     # allowed_commands=None leaves names to the kernel, but interpreters and command-running
     # options are still refused: a program nobody can read cannot be judged for either
     ex = shell(work, backend="none", allowed_commands=None, allow_metacharacters=True)
-    assert error_id(ex(call(command=command))) == "shell.runs-command"
+    assert error_id(ex(sh_call(command=command))) == "shell.runs-command"

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate._errors import ExecutorError
-from callgate._model import ToolCall
 from callgate.executors._shell import ShellExecutor
 from callgate.executors._wiring import (
     ExecutorSettings,
@@ -22,17 +21,13 @@ from callgate.executors._wiring import (
 )
 from callgate.matchers._paths import WRITE_ACTIONS
 from callgate.policy._schema import Policy
+from callgate.testing import tool_call
 
 
 def policy(capabilities: list[dict[str, Any]], **extra: Any) -> Policy:
     return Policy.model_validate({"name": "p", "version": 1,
                                   "principal": {"name": "a", "capabilities": capabilities},
                                   **extra})
-
-
-def call(tool_class: str, action: str, **params: Any) -> ToolCall:
-    return ToolCall(tool=tool_class, tool_class=tool_class, action=action, parameters=params,
-                    id="c")
 
 
 def reason(result: Any) -> str:
@@ -54,18 +49,18 @@ def test_file_scopes_come_from_the_grants(work: Path) -> None:
                 {"tool_class": "file", "actions": ["write"],
                  "constraints": {"allowed_paths": ["./out/**"]}}])
     files = build_executors(p, working_dir=str(work))["file"]
-    assert files(call("file", "read", path="docs/a.md")).status == "ok"
-    assert reason(files(call("file", "read", path="secret.txt"))) == "path.outside-allowed"
-    assert files(call("file", "write", path="out/r.md", content="x")).status == "ok"
-    assert reason(files(call("file", "write", path="docs/b.md", content="x"))) == \
+    assert files(tool_call("file", "read", path="docs/a.md")).status == "ok"
+    assert reason(files(tool_call("file", "read", path="secret.txt"))) == "path.outside-allowed"
+    assert files(tool_call("file", "write", path="out/r.md", content="x")).status == "ok"
+    assert reason(files(tool_call("file", "write", path="docs/b.md", content="x"))) == \
         "path.outside-allowed"
 
 
 def test_no_writing_grant_means_no_write_scope(work: Path) -> None:
     p = policy([{"tool_class": "file", "actions": ["read"]}])
     files = build_executors(p, working_dir=str(work))["file"]
-    assert files(call("file", "read", path="secret.txt")).status == "ok"
-    assert reason(files(call("file", "write", path="out/x", content="x"))) == \
+    assert files(tool_call("file", "read", path="secret.txt")).status == "ok"
+    assert reason(files(tool_call("file", "write", path="out/x", content="x"))) == \
         "path.outside-allowed"
 
 
@@ -81,7 +76,7 @@ def test_generated_paths_never_read_outside_the_scope(tmp_path_factory: Any,
     p = policy([{"tool_class": "file", "actions": ["read"],
                  "constraints": {"allowed_paths": ["./**"]}}])
     files = build_executors(p, working_dir=str(work))["file"]
-    result = files(call("file", "read", path="/".join(parts)))
+    result = files(tool_call("file", "read", path="/".join(parts)))
     if result.status == "ok":
         assert result.output["path"].startswith(str(work.resolve()) + "/")
 
@@ -120,7 +115,7 @@ def test_generated_internal_address_spellings_are_refused(spelling: str, path: s
     p = policy([{"tool_class": "http"}])
     settings_ = ExecutorSettings(http=HttpSettings(system_dns=False))
     http = build_executors(p, working_dir=".", settings=settings_)["http"]
-    result = http(call("http", "get", url=f"http://{spelling}{path}"))
+    result = http(tool_call("http", "get", url=f"http://{spelling}{path}"))
     assert result.status == "denied"
     assert reason(result).startswith("ssrf.")
 
@@ -131,7 +126,7 @@ def test_ipv6_forms_of_internal_addresses_are_refused(host: str) -> None:
     settings_ = ExecutorSettings(http=HttpSettings(system_dns=False))
     http = build_executors(policy([{"tool_class": "http"}]), working_dir=".",
                            settings=settings_)["http"]
-    assert reason(http(call("http", "get", url=f"http://{host}/"))).startswith("ssrf.")
+    assert reason(http(tool_call("http", "get", url=f"http://{host}/"))).startswith("ssrf.")
 
 
 def test_opened_address_and_static_hosts_reach_a_local_server() -> None:
@@ -158,9 +153,9 @@ def test_opened_address_and_static_hosts_reach_a_local_server() -> None:
             system_dns=False))
         http = build_executors(policy([{"tool_class": "http"}]), working_dir=".",
                                settings=settings_)["http"]
-        assert http(call("http", "get", url=f"http://docs.example:{port}/")).output["body"] \
+        assert http(tool_call("http", "get", url=f"http://docs.example:{port}/")).output["body"] \
             == "hello"
-        unknown = http(call("http", "get", url=f"http://other.example:{port}/"))
+        unknown = http(tool_call("http", "get", url=f"http://other.example:{port}/"))
         assert reason(unknown) == "http.resolve"
     finally:
         server.shutdown()
@@ -184,11 +179,11 @@ def test_databases_are_the_configured_ones_the_grant_names(work: Path) -> None:
         "allowed_databases": ["shop"], "allowed_tables": ["orders"]}}],
         executors={"databases": {"shop": "shop.db", "hr": "hr.db"}})
     database = build_executors(p, working_dir=str(work))["database"]
-    assert database(call("database", "query", database="shop",
+    assert database(tool_call("database", "query", database="shop",
                          sql="SELECT count(*) FROM orders")).status == "ok"
-    assert reason(database(call("database", "query", database="shop",
+    assert reason(database(tool_call("database", "query", database="shop",
                                 sql="SELECT * FROM staff"))) == "sql.table"
-    assert reason(database(call("database", "query", database="hr",
+    assert reason(database(tool_call("database", "query", database="hr",
                                 sql="SELECT 1"))) == "sql.database"
 
 
@@ -208,13 +203,13 @@ def test_shell_allow_list_comes_from_the_grants_and_declared_tools_get_their_san
                                                                     ShellExecutor)
     assert built["shell"].allowed is not None and "ls" in built["shell"].allowed
     assert built["build"].policy.filesystem is not None
-    refused = built["shell"](call("shell", "exec", argv=["cat", "docs/a.md"]))
+    refused = built["shell"](tool_call("shell", "exec", argv=["cat", "docs/a.md"]))
     assert reason(refused) == "shell.command-not-allowed"
 
 
 def test_no_shell_grant_allows_no_program(work: Path) -> None:
     built = build_executors(policy([]), working_dir=str(work))
-    refused = built["shell"](call("shell", "exec", argv=["ls"]))
+    refused = built["shell"](tool_call("shell", "exec", argv=["ls"]))
     assert reason(refused) == "shell.command-not-allowed"
 
 
@@ -241,7 +236,7 @@ def test_a_file_scope_whose_root_is_symlinked_out_is_refused_unless_followed(
     files = build_executors(policy([grant]), working_dir=str(work))["file"]
     # The kernel hands the executor the canonical path it checked.
     target = str(elsewhere.resolve() / "x")
-    assert files(call("file", "write", path=target, content="x")).status == "ok"
+    assert files(tool_call("file", "write", path=target, content="x")).status == "ok"
     assert (elsewhere / "x").read_text() == "x"
 
 
@@ -253,7 +248,7 @@ def test_a_scope_created_as_a_symlink_after_building_reaches_nothing_through_it(
              "constraints": {"allowed_paths": ["./late/**"]}}
     files = build_executors(policy([grant]), working_dir=str(work))["file"]
     (work / "late").symlink_to(elsewhere)
-    assert reason(files(call("file", "write", path="late/x", content="x"))) != "ok"
+    assert reason(files(tool_call("file", "write", path="late/x", content="x"))) != "ok"
     assert not (elsewhere / "x").exists()
 
 
@@ -264,7 +259,7 @@ def test_every_write_action_of_the_gate_gives_a_grant_a_write_scope(
     p = policy([{"tool_class": "file", "actions": [action],
                  "constraints": {"allowed_paths": ["./out/**"]}}])
     files = build_executors(p, working_dir=str(work))["file"]
-    assert files(call("file", "write", path="out/r.md", content="x")).status == "ok"
+    assert files(tool_call("file", "write", path="out/r.md", content="x")).status == "ok"
 
 
 def test_configured_files_are_relative_to_the_working_directory_and_checked(

@@ -8,11 +8,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate._model import ToolCall
 from callgate.guards import InjectionGuard, build_guards, normalise
 from callgate.guards._injection import CONFUSABLES, mixed_script_word
 from callgate.kernel._kernel import Kernel
 from callgate.policy._schema import Policy
+from callgate.testing import tool_call
 
 LATIN_TO_LOOKALIKES: dict[str, list[str]] = {}
 for _lookalike, _latin in CONFUSABLES.items():
@@ -20,12 +20,8 @@ for _lookalike, _latin in CONFUSABLES.items():
         LATIN_TO_LOOKALIKES.setdefault(_latin, []).append(_lookalike)
 
 
-def call(tool_class: str = "http", action: str = "post", **params: Any) -> ToolCall:
-    return ToolCall(tool="t", tool_class=tool_class, action=action, parameters=params)
-
-
 def rid(params: dict[str, Any], tool_class: str = "http") -> str | None:
-    reason = InjectionGuard().check(call(tool_class, **params), frozenset())
+    reason = InjectionGuard().check(tool_call(tool_class, "post", "t", **params), frozenset())
     return None if reason is None else reason.id
 
 
@@ -81,7 +77,7 @@ def test_text_in_one_script_and_mixed_prose_are_not_denied() -> None:
 
 def test_extra_phrases_from_settings_are_matched_normalised() -> None:
     g = InjectionGuard(extra_phrases=["wire the funds"])
-    reason = g.check(call(body="Now W\u0406RE the funds"), frozenset())
+    reason = g.check(tool_call("http", "post", "t", body="Now W\u0406RE the funds"), frozenset())
     assert reason is not None and reason.id == "guard.injection.homoglyph"
 
 

@@ -14,7 +14,7 @@ from callgate import CapabilityConstraints, Denied
 from callgate.kernel._capabilities import CapabilityToken
 from callgate.kernel._kernel import Kernel
 from callgate.policy._loader import parse_policy
-from tests.kernel.test_kernel import call, reason_ids
+from callgate.testing import call, reason_ids
 
 POLICY = parse_policy("""\
 name: tokens

@@ -7,27 +7,15 @@ from typing import Any
 
 import pytest
 
-from callgate import Decision, Denied, Reason, ToolCall, ToolResult
+from callgate import Denied, Reason, ToolCall, ToolResult
 from callgate.kernel._kernel import Kernel
 from callgate.policy._loader import LoadedPolicy, parse_policy
-
-
-def call(tool_class: str, action: str, tool: str | None = None, taint: list[str] | None = None,
-         **params: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"tool": tool or f"{tool_class}_{action}", "tool_class": tool_class,
-                           "action": action, "parameters": params}
-    if taint:
-        out["taint"] = [{"source": s} for s in taint]
-    return out
+from callgate.testing import call, reason_ids
 
 
 @pytest.fixture
 def kernel(example_policy: LoadedPolicy, workdir: Path) -> Kernel:
     return Kernel(example_policy, working_dir=workdir)
-
-
-def reason_ids(d: Decision) -> list[str]:
-    return [r.id for r in d.reasons]
 
 
 def test_http_get_to_an_allowed_host_is_allowed_by_the_allow_reads_rule(kernel: Kernel) -> None:

@@ -11,7 +11,7 @@ from callgate import Denied
 from callgate.audit import AuditStore
 from callgate.kernel._kernel import Kernel
 from callgate.policy._loader import LoadedPolicy
-from tests.kernel.test_kernel import call, reason_ids
+from callgate.testing import call, reason_ids
 
 
 def test_the_decision_is_in_the_log_before_the_executor_runs(example_policy: LoadedPolicy,

@@ -18,8 +18,8 @@ from callgate import AuditError, Denied, Reason, ToolCall, ToolResult
 from callgate.audit import AuditStore
 from callgate.kernel._kernel import Kernel
 from callgate.policy._loader import LoadedPolicy, load_policy
+from callgate.testing import call, reason_ids
 from tests.conftest import EXAMPLE
-from tests.kernel.test_kernel import call, reason_ids
 
 EXAMPLE_POLICY = load_policy(EXAMPLE)  # one shared load: hypothesis prints short examples
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 import pytest
 
-from callgate import ToolCall
 from callgate._errors import PolicyError
 from callgate._model import Verdict
 from callgate.kernel._kernel import Kernel
@@ -14,6 +13,10 @@ from callgate.kernel._rules import RuleSet
 from callgate.matchers._regex import PatternError, SubjectError
 from callgate.policy._loader import parse_policy
 from callgate.policy._schema import ParamMatch, Rule, RuleMatch
+from callgate.testing import tool_call
+
+#: a call of an MCP tool with one parameter, ``q``
+mcp_call = partial(tool_call, "mcp", "invoke", "t")
 
 _BIG = 64 * 1024
 
@@ -21,10 +24,6 @@ _BIG = 64 * 1024
 def _rules(pattern: str, decision: Verdict = "deny") -> RuleSet:
     match = RuleMatch(parameters={"q": ParamMatch(pattern=pattern)})
     return RuleSet([Rule(id="r", match=match, decision=decision)])
-
-
-def _call(value: Any) -> ToolCall:
-    return ToolCall(tool="t", tool_class="mcp", action="invoke", parameters={"q": value})
 
 
 @pytest.mark.parametrize(
@@ -39,19 +38,19 @@ def _call(value: Any) -> ToolCall:
 def test_a_super_linear_pattern_decides_on_a_64k_parameter(
     pattern: str, value: str, decides: bool
 ) -> None:
-    found = _rules(pattern).first_match(_call(value), frozenset())
+    found = _rules(pattern).first_match(mcp_call(q=value), frozenset())
     assert (found is not None) is decides
 
 
 def test_a_deny_rule_on_word_characters_still_matches_non_ascii_text() -> None:
     rules = _rules(r"^\w+$")
-    assert rules.first_match(_call("\u043f\u0430\u0440\u043e\u043b\u044c"), frozenset())
-    assert rules.first_match(_call("a b"), frozenset()) is None
+    assert rules.first_match(mcp_call(q="\u043f\u0430\u0440\u043e\u043b\u044c"), frozenset())
+    assert rules.first_match(mcp_call(q="a b"), frozenset()) is None
 
 
 def test_a_case_insensitive_deny_rule_matches_the_long_s_and_the_kelvin_sign() -> None:
     rules = _rules(r"(?i)^ask$")
-    assert rules.first_match(_call("a\u017f\u212a"), frozenset()) is not None
+    assert rules.first_match(mcp_call(q="a\u017f\u212a"), frozenset()) is not None
 
 
 def test_a_rule_set_built_in_code_refuses_a_pattern_without_a_linear_meaning() -> None:
@@ -62,7 +61,7 @@ def test_a_rule_set_built_in_code_refuses_a_pattern_without_a_linear_meaning() -
 
 def test_a_lone_surrogate_in_a_matched_parameter_raises_rather_than_answering() -> None:
     with pytest.raises(SubjectError):
-        _rules(".*", "allow").first_match(_call("ok\udc80"), frozenset())
+        _rules(".*", "allow").first_match(mcp_call(q="ok\udc80"), frozenset())
 
 
 def test_the_kernel_denies_a_call_whose_matched_parameter_holds_a_lone_surrogate() -> None:

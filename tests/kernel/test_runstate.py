@@ -10,7 +10,7 @@ import pytest
 from callgate import Denied
 from callgate.kernel._kernel import Kernel
 from callgate.policy._loader import LoadedPolicy, parse_policy
-from tests.kernel.test_kernel import call, reason_ids
+from callgate.testing import call, reason_ids
 
 OPEN = parse_policy("""\
 name: open

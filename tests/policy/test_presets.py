@@ -8,7 +8,7 @@ import pytest
 
 from callgate.kernel._kernel import Kernel
 from callgate.policy.presets import load_preset
-from tests.kernel.test_kernel import call
+from callgate.testing import call
 
 
 def kernel_for(name: str, workdir: Path) -> Kernel:
