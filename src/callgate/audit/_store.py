@@ -20,6 +20,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -222,7 +223,7 @@ class AuditStore:
         try:
             self._conn.execute("PRAGMA busy_timeout = 10000")
             if not read_only:
-                mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                mode = _enter_wal(self._conn)
                 if str(mode).lower() != "wal":
                     raise AuditError(
                         f"audit log {display(self._path)} cannot use WAL (got {mode!r})"
@@ -631,3 +632,16 @@ def _to_record(row: tuple[Any, ...]) -> AuditRecord:
     except (ValueError, KeyError, TypeError) as exc:
         raise AuditError(f"audit event {seq} has an unreadable record: {exc}") from exc
     return AuditRecord(seq, kind, run_id, timestamp, dict(payload), digest, event_id)
+
+
+def _enter_wal(conn: sqlite3.Connection, patience_s: float = 10.0) -> object:
+    """Switch to WAL, waiting for other openers: SQLite answers "database is locked" at once,
+    without its busy handler, when several connections change the mode of a new file together."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
