@@ -17,7 +17,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.attacks.scenarios import (  # noqa: E402
+from tests.attacks.scenarios import (  # noqa: E402 - after the path setup
     Outcome,
     dumps,
     local_server,

@@ -60,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         route(query, body)
 
-    do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _handle  # noqa: N815
+    do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _handle  # noqa: N815 - http.server's names
 
     def route_echo(self, query: dict[str, str], body: bytes) -> None:
         payload = {

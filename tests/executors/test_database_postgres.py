@@ -60,7 +60,7 @@ def pg_dsn() -> Iterator[str]:
     if prefix:
         shutil.chown(base, "postgres")
     port = _free_port()
-    run = lambda *args: subprocess.run(  # noqa: E731
+    run = lambda *args: subprocess.run(  # noqa: E731 - a one-line runner
         [*prefix, *args], check=True, capture_output=True, timeout=60
     )
     try:

@@ -145,7 +145,7 @@ def _plain(node: Any) -> tuple[bool, Any]:
 
 def _type_name(node: Any) -> str:
     kind = type(node)
-    return _string(f"{kind.__module__}.{kind.__qualname__}")  # type: ignore[no-any-return]
+    return _string(f"{kind.__module__}.{kind.__qualname__}")  # type: ignore[no-any-return]  # _string is typed for any input
 
 
 def _container(node: Any, depth: int, work: list[tuple[Any, Any, Any, int]]) -> Any:

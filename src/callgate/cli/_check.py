@@ -157,7 +157,7 @@ def check_command(policy_path: str | None, trace: str | None, db: str | None,
             if behavior is None:
                 return
         assert behavior is not None
-        violations = behavior.check_trace(events, engine=engine)  # type: ignore[arg-type]
+        violations = behavior.check_trace(events, engine=engine)  # type: ignore[arg-type]  # click.Choice
     except CallgateError as exc:
         click.echo(f"error: {exc}", err=True)
         raise click.exceptions.Exit(2) from exc

@@ -77,7 +77,7 @@ def exec_(policy: str | None, preset: str | None, tool: str, audit_db: str | Non
         fail(f"error: {exc}")
     with kernel:
         try:
-            result = kernel.run_subprocess(tool, list(command), backend=backend,  # type: ignore[arg-type]
+            result = kernel.run_subprocess(tool, list(command), backend=backend,  # type: ignore[arg-type]  # click.Choice
                                            allow_unconfined=unconfined)
         except Denied as denied:
             if denied.result is not None:

@@ -140,7 +140,7 @@ class Tool(Generic[P, R]):
         result: ToolResult = self.kernel.execute(call, executor=run)
         if result.status != "ok":
             raise ExecutorError(f"tool {self.name!r} failed: {result.error}")
-        return result.output  # type: ignore[no-any-return]
+        return result.output  # type: ignore[no-any-return]  # the tool's own return value
 
 
 def _path_text(value: Any) -> Any:

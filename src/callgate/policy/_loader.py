@@ -116,13 +116,13 @@ class _NodeLoader(Reader, Scanner, Parser, Composer, _CoreResolver):
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML's parser API is untyped
             raise _Refused("YAML aliases (*name) are not allowed in policy files", event.start_mark)
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
                 raise _Refused(f"nesting deeper than {MAX_DEPTH} levels",
-                               self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+                               self.peek_event().start_mark)  # type: ignore[no-untyped-call]  # PyYAML's parser API is untyped
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1

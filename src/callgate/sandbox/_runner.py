@@ -85,7 +85,7 @@ class _Pump:
                 if timeout is not None and timeout <= 0:
                     return "wall"
                 for key, _ in self.selector.select(timeout):
-                    stream: IO[bytes] = key.fileobj  # type: ignore[assignment]
+                    stream: IO[bytes] = key.fileobj  # type: ignore[assignment]  # registered as IO streams; typeshed says FileDescriptorLike
                     if stream is self.proc.stdin:
                         self._write(stream)
                     elif not self._read(stream):

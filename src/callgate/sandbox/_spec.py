@@ -158,7 +158,7 @@ def _environment(
     policy: ToolPolicy, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], frozenset[str]]:
     env_policy = policy.environment
-    allowed: tuple[str, ...] = () if env_policy in (None, "deny") else env_policy.allow  # type: ignore[union-attr]
+    allowed: tuple[str, ...] = () if env_policy in (None, "deny") else env_policy.allow  # type: ignore[union-attr]  # `in` does not narrow
     env = {name: environ[name] for name in allowed if name in environ}
     return env, frozenset(name for name in environ if name not in env)
 

@@ -97,7 +97,7 @@ def tokenize(text: str, placer: Placer) -> list[Token]:
             value = match.group()
             if kind == "string":
                 value = _ESCAPE.sub(r"\1", value[1:-1])
-            tokens.append(Token(kind, value, offset))  # type: ignore[arg-type]
+            tokens.append(Token(kind, value, offset))  # type: ignore[arg-type]  # kind comes from the token table's names
         offset = match.end()
     tokens.append(Token("end", "", len(text)))
     return tokens

@@ -138,7 +138,7 @@ class _Parser:
             self._fail("end of rule")
         variables = _variables(patterns, body)
         return n.Statement(
-            form,  # type: ignore[arg-type]
+            form,  # type: ignore[arg-type]  # one of the form keywords, checked by the grammar
             tuple(patterns), body, bound, variables, self._text, self._pos(head),
         )
 
@@ -286,7 +286,7 @@ class _Parser:
             return n.TextMatch(arg, self._string(), op.text == "!~", pos)
         if op.text in _COMPARE and op.kind == "punct":
             value = self._number()
-            return n.Compare(arg, op.text, value, pos)  # type: ignore[arg-type]
+            return n.Compare(arg, op.text, value, pos)  # type: ignore[arg-type]  # op.text is in _COMPARE
         if op.text == "contains":
             return n.VarContains(arg, self._var(), pos)
         self._fail(
