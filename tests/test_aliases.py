@@ -47,3 +47,16 @@ def test_an_old_path_imported_first_in_a_fresh_interpreter_works() -> None:
 def test_an_unknown_module_under_callgate_is_still_an_import_error() -> None:
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("callgate.audit.nothing_here")
+
+
+def test_a_module_imported_by_its_old_name_keeps_its_own_spec() -> None:
+    # a package reached by its old path is still a package: its data files stay readable
+    code = ("import importlib.resources, callgate.presets, callgate.policy.presets as p\n"
+            "assert p.__spec__.name == 'callgate.policy.presets'\n"
+            "assert p.__spec__.submodule_search_locations\n"
+            "assert importlib.resources.files('callgate.policy.presets').joinpath("
+            "'strict.yaml').is_file()\n"
+            "from callgate.presets import preset_names; assert 'strict' in preset_names()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr

@@ -44,12 +44,18 @@ class _Loader:
 
     def __init__(self, target: str) -> None:
         self._target = target
+        self._spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return importlib.import_module(self._target)
+        module = importlib.import_module(self._target)
+        self._spec = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the module was executed under its own name."""
+        """Nothing to run: the module was executed under its own name. The import system has
+        just set the alias's spec on it; its own spec (which says, for one, that it is a
+        package) is put back."""
+        module.__spec__ = self._spec
 
 
 class _Finder:

@@ -161,6 +161,9 @@ def test_generate_check_fails_when_the_committed_manifest_is_stale(tmp_path: Pat
     assert committed.read_text() == render(manifest_of(str(policy)), "json")
 
 
+CALLGATE = str(Path(sys.executable).with_name("callgate"))
+
+
 def test_pre_commit_hooks_run_as_declared(tmp_path: Path) -> None:
     hooks = {h["id"]: h for h in yaml.safe_load(HOOKS.read_text())}
     assert set(hooks) == {"callgate-manifest-verify", "callgate-manifest-current",
@@ -176,14 +179,14 @@ def test_pre_commit_hooks_run_as_declared(tmp_path: Path) -> None:
     for hook_id, hook in hooks.items():
         assert hook["language"] == "python" and hook["pass_filenames"] is False
         program, *rest = shlex.split(hook["entry"])
-        assert program == "python"
-        done = subprocess.run([sys.executable, *rest, *args[hook_id]], capture_output=True,
+        assert program == "callgate"  # the console script pre-commit installs
+        done = subprocess.run([CALLGATE, *rest, *args[hook_id]], capture_output=True,
                               text=True, timeout=60, check=False)
         assert done.returncode == 0, (hook_id, done.stdout, done.stderr)
     # And the verify hook fails the commit on a widening.
     policy.write_text(POLICY.replace("exec: deny", "exec: allow"))
     program, *rest = shlex.split(hooks["callgate-manifest-verify"]["entry"])
-    done = subprocess.run([sys.executable, *rest, *args["callgate-manifest-verify"]],
+    done = subprocess.run([CALLGATE, *rest, *args["callgate-manifest-verify"]],
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
     assert "tool.exec.widened upload" in done.stdout
