@@ -29,14 +29,14 @@ import os
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 from callgate._errors import AuditError, CallgateError, Denied, PolicyError, Problem
-from callgate._model import Decision, Reason, TaintLabel, ToolCall, ToolResult, Witness
+from callgate._model import Decision, Reason, Status, TaintLabel, ToolCall, ToolResult, Witness
 from callgate.audit import AuditStore
 from callgate.guards import Guard, build_guards
 from callgate.kernel._approvals import ApprovalHandler, ask
@@ -52,6 +52,7 @@ from callgate.kernel._declare import check_declaration, tool_decorator
 from callgate.kernel._registry import Executor, ToolRegistry
 from callgate.kernel._rules import RuleSet
 from callgate.kernel._runstate import READ_ONLY_ACTIONS, RunState
+from callgate.kernel._suspend import restore, snapshot
 from callgate.kernel._taint import TaintTracker
 from callgate.kernel._tokens import TokenBook
 from callgate.kernel._toolpolicy import check_tool
@@ -68,6 +69,8 @@ __all__ = ["DEFAULT_DECISION_DEADLINE_S", "ApprovalHandler", "Executor", "Kernel
 
 #: Seconds a decision (validation to behavior) may take before it is a deny.
 DEFAULT_DECISION_DEADLINE_S = 5.0
+#: Allowed ``check`` calls remembered for ``report`` (a host reports results soon after).
+MAX_AWAITED_RESULTS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,8 @@ class Kernel:
     ``guards`` defaults to the content guards the policy's ``guards`` section configures (all on
     when it is absent); ``guard_state`` is a SQLite file where they remember secrets across runs.
     ``decision_deadline_s`` bounds each decision, measured on ``timer`` (monotonic seconds).
+    ``resume`` is a ``suspend()`` snapshot of run ``run_id`` under the same policy: the kernel
+    goes on with that run (in the audit log too) instead of starting a new one.
     """
 
     def __init__(self, policy: Policy | Any, *, audit: str | os.PathLike[str] | AuditStore | None
@@ -134,7 +139,8 @@ class Kernel:
                  run_id: str | None = None, clock: Callable[[], float] = time.time,
                  guards: Sequence[Guard] | None = None, guard_state: str | None = None,
                  decision_deadline_s: float = DEFAULT_DECISION_DEADLINE_S,
-                 timer: Callable[[], float] = time.monotonic) -> None:
+                 timer: Callable[[], float] = time.monotonic, resume: bytes | None = None
+                 ) -> None:
         if not decision_deadline_s > 0:
             raise CallgateError(f"decision_deadline_s must be a positive number of seconds, "
                                 f"not {decision_deadline_s!r}")
@@ -176,7 +182,13 @@ class Kernel:
         self._ended = False
         # audit records that failed since the last decision; the next one is denied for them
         self._unaudited: list[str] = []
-        self._audit = self._open_audit(audit)
+        # calls ``check`` allowed whose results ``report`` may still bring (oldest dropped first)
+        self._checked: OrderedDict[str, ToolCall] = OrderedDict()
+        if resume is not None:
+            if run_id is None:
+                raise CallgateError("resuming a run needs its run_id")
+            restore(self, resume)
+        self._audit = self._open_audit(audit, resumed=resume is not None)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -203,9 +215,90 @@ class Kernel:
                 if decision.verdict != "deny":
                     decision = self._assume_ran(normalized, decision)
                 self._commit(normalized, decision, None)
+                if decision.verdict != "deny":
+                    self._checked[normalized.id] = normalized
+                    while len(self._checked) > MAX_AWAITED_RESULTS:
+                        self._checked.popitem(last=False)
                 return decision
             except Exception as exc:
                 return self._crashed(call, exc)
+
+    def report(self, call_id: str, *, status: Status = "ok", output: Any = None,
+               error: str | None = None, duration_ms: float = 0.0,
+               taint: Sequence[TaintLabel | str] = ()) -> ToolResult:
+        """The result of a call ``check`` allowed and the host ran itself (a Claude Code tool).
+
+        Labels the output's taint (the call's boundary, plus ``taint`` the host knows of), lets
+        the guards learn from it, and records it in the audit log. Returns the recorded result;
+        an output no guard could inspect, or that could not be audited, comes back withheld.
+        Raises ``CallgateError`` only for a call id that no allowed ``check`` gave.
+        """
+        with self._lock:
+            call = self._checked.pop(call_id, None)
+            if call is None:
+                raise CallgateError(f"no allowed call {safe_text(call_id)!r} awaits a result")
+            try:
+                produced = tuple(TaintLabel(source=t, origin=call.tool) if isinstance(t, str)
+                                 else t for t in taint)
+                result = ToolResult(call_id=call.id, status=status, output=output, error=error,
+                                    taint=self._label(call, produced), duration_ms=duration_ms)
+                failure = self._observe(call, result)
+                if failure is not None:
+                    result = _withheld(result, f"guard.observe-failed: {failure}")
+                if result.status == "ok":
+                    self._completed[call.tool] += 1
+                return self._audit_result(result)
+            except Exception as exc:
+                why = self._internal_error("report", call_id, exc)
+                return ToolResult(call_id=call_id, status="error", error=f"internal.error: {why}")
+
+    def note(self, action: str, args: Mapping[str, Any], *, output: str | None = None,
+             taint: Sequence[str] = ()) -> None:
+        """Record an event of the run that is not a tool call (a user's prompt, say).
+
+        It goes into the audit log and the behavioral trace, where statements see it as
+        ``action`` with ``args``, ``output`` and ``taint`` (``user-provided`` for what a person
+        typed); it adds nothing to the run's taint. Never raises: a failure is logged, on
+        record, and makes the next decision a deny, as for any record that cannot be written.
+        """
+        with self._lock:
+            try:
+                self._record_system("event", {"action": action, "args": dict(args),
+                                              "taint": list(taint)})
+                raw: dict[str, Any] = {"action": action, "args": dict(args), "status": "ok"}
+                if output is not None:
+                    raw["output"] = output
+                self._behavior.commit(raw, {}, frozenset(taint))
+            except Exception as exc:
+                self._unaudited.append(self._internal_error("note", action, exc))
+
+    def open_obligations(self) -> list[Violation]:
+        """The obligations the run would break if it ended now; the run goes on.
+
+        ``resp``, ``rslv``, ``eventually`` and ``bresp`` windows not yet answered, as
+        ``end_run`` would report them. Never raises (an error is an undecided violation).
+        """
+        with self._lock:
+            try:
+                return self._behavior.finish()
+            except Exception as exc:
+                why = self._internal_error("open_obligations", self.run_id, exc)
+                return [Violation(statement="internal.error", enforce="block", events=(),
+                                  message=why, kind="unknown")]
+
+    @property
+    def trace_length(self) -> int:
+        """Events in the run's behavioral trace so far (sequence numbers run from 1)."""
+        return self._behavior.length
+
+    def suspend(self) -> bytes:
+        """The run's state as bytes, for a kernel in another process (``resume=``) to go on.
+
+        The bytes carry no code and no policy, only what the run accumulated; keep them where
+        the agent cannot write and authenticate them (see ``callgate.kernel`` docs).
+        """
+        with self._lock:
+            return snapshot(self)
 
     def execute(self, call: ToolCall | Mapping[str, Any],
                 executor: Executor | None = None) -> ToolResult:
@@ -710,11 +803,16 @@ class Kernel:
             return Decision(verdict="deny", reasons=(
                 _deny("internal.error", "kernel", error_text(exc)),))
 
-    def _open_audit(self, audit: str | os.PathLike[str] | AuditStore | None) -> AuditStore | None:
+    def _open_audit(self, audit: str | os.PathLike[str] | AuditStore | None, *,
+                    resumed: bool = False) -> AuditStore | None:
         if audit is None:
             return None
         try:
             store = audit if isinstance(audit, AuditStore) else AuditStore.open(Path(audit))
+            if resumed:
+                store.record_system(self.run_id, "run-resumed", {
+                    "manifest_hash": self.manifest_hash, "calls": self._seq})
+                return store
             store.start_run(self.run_id, principal=self._principal,
                             policy_name=self.policy.name, manifest_hash=self.manifest_hash,
                             config={"policy": self.policy.name,
