@@ -27,8 +27,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("callgate.cli._demo", "demo",
              "A scripted agent run: prompt injection, credential theft attempt, quarantine, "
              "audit."),
+    "doctor": ("callgate.cli._claude_code", "doctor_group",
+               "Check that an integration is installed and working."),
     "exec": ("callgate.cli._decide", "exec_",
              "Run COMMAND as a declared subprocess tool, through the kernel and its OS sandbox."),
+    "hook": ("callgate.cli._claude_code", "hook_group",
+             "Answer an agent's hook events (run by the agent, not by hand)."),
+    "init": ("callgate.cli._claude_code", "init_group",
+             "Install callgate into an agent's settings."),
     "lint-tools": ("callgate.cli._manifest", "lint_tools_command",
                    "Fail (exit 1) if a tool in MODULE (.py file or module name) uses an "
                    "undeclared capability."),

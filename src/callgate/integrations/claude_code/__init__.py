@@ -1,0 +1,23 @@
+"""Claude Code: every tool call and session event of a Claude Code session passes callgate.
+
+``callgate init claude-code`` registers a command hook for ``PreToolUse``, ``PostToolUse``,
+``PostToolUseFailure``, ``UserPromptSubmit``, ``Stop``, ``SubagentStop``, ``SessionStart`` and
+``SessionEnd``; the hook (``callgate hook claude-code``) hands each event to a resident decision
+process of the project, which answers through the kernel (``HookService``) and keeps one run per
+session. See ``docs/claude-code.md``.
+"""
+
+from callgate.integrations.claude_code._service import EVENTS, Answer, HookService
+from callgate.integrations.claude_code._sessions import SessionStore, StateError
+from callgate.integrations.claude_code._settings import (
+    MIN_CLAUDE,
+    Report,
+    doctor,
+    hook_command,
+    install,
+    uninstall,
+)
+from callgate.integrations.claude_code._tools import to_call
+
+__all__ = ["EVENTS", "MIN_CLAUDE", "Answer", "HookService", "Report", "SessionStore",
+           "StateError", "doctor", "hook_command", "install", "to_call", "uninstall"]

@@ -1,0 +1,108 @@
+"""The resident decision process of one state directory: hook events in over a Unix socket.
+
+One per state directory (an exclusive lock on ``daemon.lock`` says which): it keeps the compiled
+policy and the live sessions' kernels in memory, answers each event through ``HookService``, and
+exits after ``idle_s`` seconds without an event. Sessions are stored after every event (see
+``_sessions``), so stopping it at any moment loses nothing: the next hook starts a new one, which
+restores each session from its row. The socket lives in a directory only this user can enter.
+
+Run as ``python -m callgate.integrations.claude_code._server STATE_DIR [IDLE_SECONDS]``; the hook
+starts it on demand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from callgate.integrations.claude_code._client import (
+    MAX_PAYLOAD_BYTES,
+    private_dir,
+    receive,
+    send,
+    socket_path,
+)
+from callgate.integrations.claude_code._service import Answer, HookService
+
+log = logging.getLogger("callgate.claude_code")
+
+__all__ = ["DEFAULT_IDLE_S", "serve"]
+
+#: Seconds without an event after which the process exits.
+DEFAULT_IDLE_S = 1800.0
+
+
+def _handle(conn: socket.socket, service: HookService) -> None:
+    with conn:
+        try:
+            conn.settimeout(30.0)
+            frame = receive(conn, MAX_PAYLOAD_BYTES + 65536 + 4096)
+            head, _, payload = frame.partition(b"\n")
+            header = json.loads(head)
+            if not isinstance(header, dict) or header.get("v") != 1:
+                answer = Answer(stderr="callgate: a hook of another version spoke", exit=2)
+            else:
+                oversized = header.get("oversized")
+                answer = service.answer(
+                    payload, policy=str(header.get("policy")),
+                    project=header.get("project") if isinstance(header.get("project"), str)
+                    else None, defer_allowed=header.get("defer_allowed") is True,
+                    oversized=oversized if isinstance(oversized, int) else None)
+            send(conn, json.dumps(answer.as_json()).encode())
+        except Exception:
+            log.exception("a hook connection failed")  # the hook then fails closed
+
+
+def serve(state_dir: str, idle_s: float = DEFAULT_IDLE_S) -> int:
+    """Serve hook events for ``state_dir`` until idle; 0 at once if another process does."""
+    state = Path(state_dir)
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = (state / "daemon.lock").open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0  # another process serves this directory
+    path = socket_path(str(state))
+    private_dir(os.path.dirname(path))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    service = HookService(state)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(128)
+    listener.settimeout(1.0)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    last = time.monotonic()
+    log.info("serving %s on %s", state, path)
+    try:
+        while not stop.is_set() and time.monotonic() - last < idle_s:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            last = time.monotonic()
+            threading.Thread(target=_handle, args=(conn, service), daemon=True).start()
+    finally:
+        listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        service.close()
+        lock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    idle = float(sys.argv[2]) if len(sys.argv) > 2 else DEFAULT_IDLE_S
+    sys.exit(serve(sys.argv[1], idle))
