@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo test test-base lint typecheck system-deps bench clean
+.PHONY: demo test test-base lint typecheck system-deps claude-code bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,6 +20,13 @@ system-deps:
 		else echo "note: bubblewrap/firejail missing and not root; sandbox tests will be skipped"; fi; \
 	fi
 
+# The real Claude Code CLI for the integration tests (pinned; npm and node are prerequisites).
+CLAUDE_CODE_VERSION := 2.1.328
+CLAUDE := .cache/claude-code/node_modules/.bin/claude
+claude-code: $(CLAUDE)
+$(CLAUDE):
+	npm install --silent --no-audit --no-fund --prefix .cache/claude-code @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) >/dev/null
+
 demo: $(STAMP)
 	$(VENV)/bin/callgate demo
 
@@ -29,7 +36,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: system-deps $(STAMP) lint typecheck test-base
+test: system-deps $(STAMP) $(CLAUDE) lint typecheck test-base
 	$(PY) -m pytest
 
 # The base install: the package without extras (no z3, tree-sitter, httpx, sqlglot, server,
@@ -56,4 +63,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) $(BASE) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(BASE) .cache/claude-code .mypy_cache .ruff_cache .pytest_cache

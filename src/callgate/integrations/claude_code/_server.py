@@ -75,6 +75,7 @@ def serve(state_dir: str, idle_s: float = DEFAULT_IDLE_S) -> int:
     private_dir(os.path.dirname(path))
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+    (state / "daemon.pid").write_text(f"{os.getpid()}\n", encoding="utf-8")
     service = HookService(state)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)

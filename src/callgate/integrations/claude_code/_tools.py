@@ -20,7 +20,8 @@ __all__ = ["MappedCall", "to_call"]
 SESSION_TOOLS = frozenset({
     "TodoWrite", "TodoRead", "ExitPlanMode", "EnterPlanMode", "AskUserQuestion", "TaskCreate",
     "TaskGet", "TaskList", "TaskUpdate", "TaskOutput", "TaskStop", "KillShell", "KillBash",
-    "BashOutput", "Skill", "SlashCommand", "ToolSearch", "ListMcpResourcesTool",
+    "BashOutput", "Skill", "SlashCommand", "ToolSearch", "ListMcpResourcesTool", "ListAgents",
+    "ReportFindings", "ScheduleWakeup",
 })
 #: tool -> (class, action, the input key holding the path)
 FILE_TOOLS: dict[str, tuple[str, str, str]] = {
