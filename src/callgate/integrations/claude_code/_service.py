@@ -121,9 +121,8 @@ class HookService:
                                        f"refused", exit_code=2)
 
     def close(self) -> None:
+        """Let go of the stores; the sessions stay open (they go on from their rows)."""
         with self._lock:
-            for live in self._live.values():
-                live.kernel.close()
             self._live.clear()
             if self._audit is not None:
                 self._audit.close()
@@ -347,6 +346,8 @@ def _refusal(event: str, reason: str, *, exit_code: int) -> Answer:
     """What a failure means for ``event``: a deny for a tool call, a block for a prompt."""
     if event == "PreToolUse":
         return pre_tool_answer("deny", reason, exit_code=exit_code)
+    if event == "unknown":  # whatever it was, it is refused: a deny, and exit code 2
+        return pre_tool_answer("deny", reason, exit_code=2)
     if event in ("Stop", "SubagentStop", "SessionEnd", "SessionStart"):
         return Answer(stderr=reason, exit=1)  # these cannot be blocked usefully: say it
     return Answer(stderr=reason, exit=2)
