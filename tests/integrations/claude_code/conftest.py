@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -96,10 +97,8 @@ class Project:
     def stop_daemon(self) -> None:
         pid_file = self.state / "daemon.pid"
         if pid_file.exists():
-            try:
+            with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid_file.read_text()), signal.SIGTERM)
-            except (ProcessLookupError, ValueError):
-                pass
 
 
 @pytest.fixture

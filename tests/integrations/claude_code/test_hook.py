@@ -3,6 +3,7 @@ and the service behind it in-process: bad input, corrupt state, sessions in para
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -30,10 +31,8 @@ def proj(tmp_path: Path) -> Iterator[Path]:
     yield root
     pid = root / ".callgate" / "daemon.pid"
     if pid.exists():
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid.read_text()), signal.SIGTERM)
-        except ProcessLookupError:
-            pass
 
 
 def _hook(proj: Path, payload: bytes | dict[str, Any], *extra: str
@@ -45,7 +44,7 @@ def _hook(proj: Path, payload: bytes | dict[str, Any], *extra: str
     return subprocess.run([CALLGATE, "hook", "claude-code", "--policy",
                            str(proj / ".callgate" / "policy.yaml"), "--state",
                            str(proj / ".callgate"), "--dir", str(proj), *extra],
-                          input=body, capture_output=True, timeout=60, check=False)
+                          input=body, env=env, capture_output=True, timeout=60, check=False)
 
 
 def _pre(session: str, tool: str, **tool_input: Any) -> dict[str, Any]:

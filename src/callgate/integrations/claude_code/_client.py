@@ -117,7 +117,7 @@ def _start_server(state_dir: str) -> None:
 
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     with open(os.path.join(state_dir, "hook.log"), "ab") as log:
-        subprocess.Popen(  # noqa: S603 - our own interpreter and module, no shell
+        subprocess.Popen(
             [sys.executable, "-m", "callgate.integrations.claude_code._server", state_dir,
              os.environ.get("CALLGATE_HOOK_IDLE_S", "1800")],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,

@@ -103,12 +103,12 @@ class HookService:
             event = _peek_event(payload)
             try:
                 if oversized is not None:
-                    raise _BadInput(f"the hook payload is {oversized} bytes, over the limit of "
-                                    f"{MAX_PAYLOAD_BYTES}")
+                    raise _BadInputError(f"the hook payload is {oversized} bytes, over the "
+                                         f"limit of {MAX_PAYLOAD_BYTES}")
                 data = _parse(payload)
                 event = data["hook_event_name"]
                 return self._dispatch(event, data, policy, project, defer_allowed)
-            except _BadInput as exc:
+            except _BadInputError as exc:
                 self._note_unattributed("bad-hook-input", {"event": event, "error": str(exc)})
                 return _refusal(event, f"callgate could not read this hook event: {exc}",
                                 exit_code=0)
@@ -162,7 +162,7 @@ class HookService:
         use_id = _field(data, "tool_use_id", str, required=False)
         mapped = to_call(tool, tool_input, live.row.working_dir)
         if mapped.call is None:
-            raise _BadInput(mapped.problem or "the call cannot be mapped")
+            raise _BadInputError(mapped.problem or "the call cannot be mapped")
         start = live.kernel.trace_length
         decision = live.kernel.check(mapped.call)
         agent = data.get("agent_id")
@@ -220,7 +220,7 @@ class HookService:
     def _session(self, data: dict[str, Any], policy: str, project: str | None) -> _Live:
         session_id = _field(data, "session_id", str)
         if not 0 < len(session_id) <= 256 or not session_id.isprintable():
-            raise _BadInput("session_id is not a printable string of 1 to 256 characters")
+            raise _BadInputError("session_id is not a printable string of 1 to 256 characters")
         version = self._store.version(session_id)
         live = self._live.get(session_id)
         if live is not None and live.row.version == version:
@@ -237,7 +237,7 @@ class HookService:
         cwd = data.get("cwd")
         working_dir = project or (cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None)
         if working_dir is None:
-            raise _BadInput("cwd is not an absolute path and no project directory is set")
+            raise _BadInputError("cwd is not an absolute path and no project directory is set")
         sha, text = self._policy(policy)
         kernel = Kernel(parse_policy(text, source=policy), audit=self._audit_store(),
                         working_dir=working_dir, guard_state=str(self.state_dir / "guards.db"))
@@ -287,7 +287,7 @@ class HookService:
             log.exception("could not record %s", kind)
 
 
-class _BadInput(CallgateError):
+class _BadInputError(CallgateError):
     """The payload is not an event callgate can act on."""
 
 
@@ -305,21 +305,21 @@ def _parse(payload: bytes) -> dict[str, Any]:
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _BadInput(f"the payload is not UTF-8 (byte {exc.start})") from exc
+        raise _BadInputError(f"the payload is not UTF-8 (byte {exc.start})") from exc
     try:
         data = json.loads(text)
     except RecursionError:
-        raise _BadInput(f"the payload nests deeper than {MAX_DEPTH} levels") from None
+        raise _BadInputError(f"the payload nests deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
-        raise _BadInput(f"the payload is not JSON: {exc.msg} at line {exc.lineno} column "
+        raise _BadInputError(f"the payload is not JSON: {exc.msg} at line {exc.lineno} column "
                         f"{exc.colno}") from exc
     if not isinstance(data, dict):
-        raise _BadInput("the payload is not a JSON object")
+        raise _BadInputError("the payload is not a JSON object")
     if _depth(data) > MAX_DEPTH:
-        raise _BadInput(f"the payload nests deeper than {MAX_DEPTH} levels")
+        raise _BadInputError(f"the payload nests deeper than {MAX_DEPTH} levels")
     event = data.get("hook_event_name")
     if event not in EVENTS:
-        raise _BadInput(f"unknown hook event {event!r} (callgate answers {', '.join(EVENTS)})")
+        raise _BadInputError(f"unknown hook event {event!r} (callgate answers {', '.join(EVENTS)})")
     return data
 
 
@@ -338,7 +338,7 @@ def _field(data: Mapping[str, Any], name: str, kind: type, *, required: bool = T
     if value is None and not required:
         return None
     if not isinstance(value, kind):
-        raise _BadInput(f"{name} is missing or not a {kind.__name__}")
+        raise _BadInputError(f"{name} is missing or not a {kind.__name__}")
     return value
 
 

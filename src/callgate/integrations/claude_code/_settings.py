@@ -97,9 +97,9 @@ def _without_ours(data: dict[str, Any]) -> dict[str, Any]:
         for group in groups:
             if isinstance(group, dict) and isinstance(group.get("hooks"), list):
                 inner = [h for h in group["hooks"] if not _is_ours(h)]
-                if not inner:
-                    continue
-                group = {**group, "hooks": inner}
+                if inner:
+                    left.append({**group, "hooks": inner})
+                continue
             left.append(group)
         if left:
             kept[event] = left
@@ -191,7 +191,7 @@ def claude_version_warning() -> list[str]:
         return [f"WARNING: no `claude` on PATH; make sure the Claude Code you run is {need} or "
                 f"later. {risk}."]
     try:
-        out = subprocess.run([program, "--version"], capture_output=True, text=True,  # noqa: S603 - the user's own claude, found on PATH, no shell
+        out = subprocess.run([program, "--version"], capture_output=True, text=True,
                              timeout=20, check=False).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         return [f"WARNING: `claude --version` failed ({exc}). {risk}."]
@@ -275,7 +275,7 @@ def _self_test(report: Report, command: list[str]) -> None:
 
 
 def _run_hook(command: list[str], payload: dict[str, Any]) -> Any:
-    done = subprocess.run(command, input=json.dumps(payload), capture_output=True, text=True,  # noqa: S603 - the hook command as registered, no shell
+    done = subprocess.run(command, input=json.dumps(payload), capture_output=True, text=True,
                           timeout=HOOK_TIMEOUT_S, check=False)
     try:
         return json.loads(done.stdout) if done.stdout.strip() else {}
