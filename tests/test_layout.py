@@ -36,6 +36,8 @@ LAYERS: dict[str, set[str]] = {
     "cli": {"base", "abstraction", "matchers", "temporal", "policy", "audit", "guards",
             "sandbox", "manifest", "kernel", "executors", "integrations"},
     "facade": {"base", "kernel", "policy"},  # callgate/__init__.py
+    # the program's entry: the Claude Code hook's fast path, else the command line
+    "entry": {"integrations", "cli"},
 }
 CORE = ("base", "matchers", "policy", "kernel", "temporal", "audit")
 #: the one module of the core that imports an extra: the Z3 reference engine (``--engine smt``)
@@ -91,6 +93,8 @@ def _part(module: str) -> str:
     parts = module.split(".")
     if module == "callgate":
         return "facade"
+    if module == "callgate._entry":
+        return "entry"
     if (len(parts) == 2 and parts[1].startswith("_")) or parts[1] == "_aliases":
         return "base"
     return parts[1]

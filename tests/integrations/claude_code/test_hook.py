@@ -251,3 +251,12 @@ def test_every_tool_maps_to_a_class_and_action(tool: str, tool_input: dict[str, 
     assert call is not None and (call["tool_class"], call["action"]) == expected
     if tool in ("Glob", "Grep"):
         assert call["parameters"]["path"] == "/proj"
+
+
+def test_the_hook_client_loads_no_models_no_kernel_no_cli_framework() -> None:
+    code = ("import sys, callgate._entry, callgate.integrations.claude_code._client\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'click',"
+            " 'yaml', 're2', 'z3') or m.startswith(('callgate.kernel', 'callgate.policy'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"
