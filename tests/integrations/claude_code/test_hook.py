@@ -260,3 +260,27 @@ def test_the_hook_client_loads_no_models_no_kernel_no_cli_framework() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_presets_opt_in_obligation_works_once_uncommented(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    install(tmp_path / "settings.json", state, tmp_path, policy=None)
+    policy = state / "policy.yaml"
+    text = policy.read_text()
+    start = text.index("  # - id: tests-after-last-edit")
+    block = "\n".join(line.replace("  # ", "  ", 1) for line in text[start:].splitlines())
+    policy.write_text(text[:start] + block + "\n")
+    service = HookService(state)
+
+    def ev(**data: Any) -> str:
+        body = {"session_id": "s", "cwd": str(tmp_path), "transcript_path": "", **data}
+        return service.answer(json.dumps(body).encode(), policy=str(policy),
+                              project=str(tmp_path)).stdout
+
+    ev(hook_event_name="PreToolUse", tool_name="Edit", tool_use_id="e",
+       tool_input={"file_path": str(tmp_path / "a.py"), "old_string": "1", "new_string": "2"})
+    assert "tests-after-last-edit" in json.loads(ev(hook_event_name="Stop"))["reason"]
+    ev(hook_event_name="PreToolUse", tool_name="Bash", tool_use_id="t",
+       tool_input={"command": "python -m pytest -q"})
+    assert ev(hook_event_name="Stop") == ""
+    service.close()

@@ -5,19 +5,47 @@
 ``SessionEnd``; the hook (``callgate hook claude-code``) hands each event to a resident decision
 process of the project, which answers through the kernel (``HookService``) and keeps one run per
 session. See ``docs/claude-code.md``.
+
+Names are loaded on first use: the hook's client imports this package and must not pay for the
+kernel and the models.
 """
 
-from callgate.integrations.claude_code._service import EVENTS, Answer, HookService
-from callgate.integrations.claude_code._sessions import SessionStore, StateError
-from callgate.integrations.claude_code._settings import (
-    MIN_CLAUDE,
-    Report,
-    doctor,
-    hook_command,
-    install,
-    uninstall,
-)
-from callgate.integrations.claude_code._tools import to_call
+from __future__ import annotations
+
+import importlib
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from callgate.integrations.claude_code._service import EVENTS, Answer, HookService
+    from callgate.integrations.claude_code._sessions import SessionStore, StateError
+    from callgate.integrations.claude_code._settings import (
+        MIN_CLAUDE,
+        Report,
+        doctor,
+        hook_command,
+        install,
+        uninstall,
+    )
+    from callgate.integrations.claude_code._tools import to_call
+
+_HOME = {
+    "EVENTS": "_service", "Answer": "_service", "HookService": "_service",
+    "SessionStore": "_sessions", "StateError": "_sessions",
+    "MIN_CLAUDE": "_settings", "Report": "_settings", "doctor": "_settings",
+    "hook_command": "_settings", "install": "_settings", "uninstall": "_settings",
+    "to_call": "_tools",
+}
 
 __all__ = ["EVENTS", "MIN_CLAUDE", "Answer", "HookService", "Report", "SessionStore",
            "StateError", "doctor", "hook_command", "install", "to_call", "uninstall"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

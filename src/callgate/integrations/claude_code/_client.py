@@ -22,7 +22,10 @@ import socket
 import struct
 import sys
 import time
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing itself costs milliseconds at every hook start
+    from typing import Any
 
 __all__ = ["main", "socket_path"]
 
