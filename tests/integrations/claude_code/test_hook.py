@@ -284,3 +284,11 @@ def test_the_presets_opt_in_obligation_works_once_uncommented(tmp_path: Path) ->
        tool_input={"command": "python -m pytest -q"})
     assert ev(hook_event_name="Stop") == ""
     service.close()
+
+
+def test_a_socket_directory_others_can_enter_is_refused(proj: Path) -> None:
+    run = proj.parent / "run"
+    run.mkdir(mode=0o777, exist_ok=True)
+    run.chmod(0o777)  # as if another user had made it first
+    verdict, reason = _decision(_hook(proj, _pre("s1", "Bash", command="ls")))
+    assert verdict == "deny" and "not a private directory" in reason

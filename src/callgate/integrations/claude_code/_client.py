@@ -131,6 +131,7 @@ def ask(state_dir: str, header: dict[str, Any], payload: bytes, deadline_s: floa
         ) -> dict[str, Any]:
     """The resident process's answer; starts it when none listens. Raises on failure."""
     path = socket_path(state_dir)
+    private_dir(os.path.dirname(path))  # never speak to a socket another user could have made
     until = time.monotonic() + deadline_s
     next_start = 0.0
     body = json.dumps(header).encode() + b"\n" + payload
