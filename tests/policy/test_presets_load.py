@@ -12,7 +12,7 @@ from callgate.matchers._regex import check_pattern
 from callgate.policy._schema import RuleMatch
 from callgate.policy.presets import load_preset, preset_names
 
-PRESETS = ["deny-all", "safe-research", "strict", "workspace-assistant"]
+PRESETS = ["coding-agent", "deny-all", "safe-research", "strict", "workspace-assistant"]
 
 
 def test_preset_names_lists_every_shipped_preset_sorted() -> None:
@@ -104,4 +104,4 @@ def test_unknown_preset_names_are_refused_listing_the_available_ones(name: str) 
     with pytest.raises(PolicyError) as info:
         load_preset(name)
     (problem,) = info.value.problems
-    assert "available: deny-all, safe-research, strict, workspace-assistant" in problem.message
+    assert "available: coding-agent, deny-all, safe-research, strict, workspace-assistant" in problem.message

@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -113,14 +114,18 @@ def test_bad_options_fail_closed(proj: Path) -> None:
 
 def test_a_corrupt_state_is_denied_with_how_to_recover_and_the_audit_kept(proj: Path) -> None:
     assert _decision(_hook(proj, _pre("s1", "Bash", command="ls")))[0] == "allow"
-    os.kill(int((proj / ".callgate" / "daemon.pid").read_text()), signal.SIGTERM)
-    for _ in range(100):  # wait for it to let go of its lock
-        done = subprocess.run(["fuser", str(proj / ".callgate" / "daemon.lock")],
-                              capture_output=True, check=False)
-        if done.returncode != 0:
+    pid = int((proj / ".callgate" / "daemon.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(200):  # the resident process must be gone: memory would win over the row
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
             break
-    with sqlite3.connect(proj / ".callgate" / "sessions.db") as db:
+        time.sleep(0.05)
+    db = sqlite3.connect(proj / ".callgate" / "sessions.db")
+    with db:
         db.execute("UPDATE sessions SET pending = '{\"t9\": \"forged\"}'")
+    db.close()
     done = _hook(proj, _pre("s1", "Bash", command="ls"))
     verdict, reason = _decision(done)
     assert verdict == "deny" and "changed outside callgate" in reason
