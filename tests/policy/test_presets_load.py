@@ -104,4 +104,4 @@ def test_unknown_preset_names_are_refused_listing_the_available_ones(name: str) 
     with pytest.raises(PolicyError) as info:
         load_preset(name)
     (problem,) = info.value.problems
-    assert "available: coding-agent, deny-all, safe-research, strict, workspace-assistant" in problem.message
+    assert f"available: {', '.join(PRESETS)}" in problem.message
