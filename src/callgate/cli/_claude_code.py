@@ -28,14 +28,18 @@ def _emit(lines: list[str], warnings: list[str]) -> None:
         click.secho(warning, fg="red", bold=True, err=True)
 
 
+#: ``--dir``, shared by the commands that act on one project's settings
+_project_dir = click.option("--dir", "directory", type=click.Path(file_okay=False),
+                            help="The project (default: the current directory).")
+
+
 @click.group("init")
 def init_group() -> None:
     """Install callgate into an agent's settings."""
 
 
 @init_group.command("claude-code")
-@click.option("--dir", "directory", type=click.Path(file_okay=False),
-              help="The project (default: the current directory).")
+@_project_dir
 @click.option("--user", is_flag=True, help="Install in ~/.claude/settings.json instead.")
 @click.option("--policy", type=click.Path(dir_okay=False, exists=True),
               help="The policy file the hook enforces (default: a copy of the preset).")
@@ -61,8 +65,7 @@ def doctor_group() -> None:
 
 
 @doctor_group.command("claude-code")
-@click.option("--dir", "directory", type=click.Path(file_okay=False),
-              help="The project (default: the current directory).")
+@_project_dir
 @click.option("--user", is_flag=True, help="Check ~/.claude/settings.json instead.")
 def doctor_claude_code(directory: str | None, user: bool) -> None:
     """Check the hook registration, the policy, and an allowed and a denied self-test call."""

@@ -170,19 +170,21 @@ def main(argv: list[str]) -> int:
         while chunk := sys.stdin.buffer.read(1 << 20):
             total += len(chunk)
         oversized, payload = total, payload[:65536]
-    event = _event_of(payload) if oversized is None else "unknown"
+    # the event's name is read only when callgate must answer without its decision process
+    event = "unknown" if oversized is not None else None
     try:
         opts = _options(argv)
     except ValueError as exc:
-        reply = refusal(event, f"callgate hook: {exc}; {_USAGE}")
+        reply = refusal(event or _event_of(payload), f"callgate hook: {exc}; {_USAGE}")
     else:
         header = {"v": 1, "policy": opts["policy"], "project": opts["dir"],
                   "defer_allowed": opts["defer_allowed"], "oversized": oversized}
         try:
             reply = ask(opts["state"], header, payload, opts["deadline"])
         except Exception as exc:
-            reply = refusal(event, f"callgate could not decide ({type(exc).__name__}: {exc}); "
-                                   f"refused. See {opts['state']}/hook.log")
+            reply = refusal(event or _event_of(payload),
+                            f"callgate could not decide ({type(exc).__name__}: {exc}); "
+                            f"refused. See {opts['state']}/hook.log")
     if reply["stdout"]:
         sys.stdout.write(reply["stdout"] + "\n")
     if reply["stderr"]:

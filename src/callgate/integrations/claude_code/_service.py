@@ -30,11 +30,13 @@ from typing import Any
 
 from callgate._errors import CallgateError
 from callgate._jsonlimits import MAX_JSON_DEPTH as MAX_DEPTH
+from callgate._jsonlimits import nesting_depth
+from callgate._model import Decision
 from callgate.audit import AuditStore
 from callgate.integrations.claude_code._sessions import SessionRow, SessionStore, StateError
 from callgate.integrations.claude_code._tools import to_call
 from callgate.kernel import Kernel
-from callgate.policy import parse_policy
+from callgate.policy import LoadedPolicy, parse_policy
 
 log = logging.getLogger("callgate.claude_code")
 
@@ -80,9 +82,9 @@ class _Live:
 class HookService:
     """Answers hook events for one state directory; one instance per process, thread-safe.
 
-    ``policy``: the policy file new sessions start under; ``project``: the kernel's working
-    directory (``None``: the session's ``cwd`` from its first event); ``defer_allowed``: leave
-    allowed calls to Claude Code's own permission prompts.
+    ``answer`` takes, besides the payload, ``policy`` (the file new sessions start under),
+    ``project`` (the kernel's working directory; ``None``: the session's ``cwd`` from its first
+    event) and ``defer_allowed`` (leave allowed calls to Claude Code's own permission prompts).
     """
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
@@ -91,7 +93,8 @@ class HookService:
         self._audit_path = self.state_dir / "audit.db"
         self._audit: AuditStore | None = None
         self._live: dict[str, _Live] = {}
-        self._policies: dict[tuple[str, int, int], tuple[str, str]] = {}
+        self._policies: dict[tuple[str, int, int], str] = {}
+        self._parsed: dict[str, LoadedPolicy] = {}
         self._lock = threading.Lock()
 
     # -- the entry point --------------------------------------------------------------------
@@ -100,13 +103,15 @@ class HookService:
                defer_allowed: bool = False, oversized: int | None = None) -> Answer:
         """The answer to one hook event (``payload``: the bytes of the hook's stdin)."""
         with self._lock:
-            event = _peek_event(payload)
+            event = "unknown"  # until the payload names one: answered in PreToolUse's contract
             try:
                 if oversized is not None:
                     raise _BadInputError(f"the hook payload is {oversized} bytes, over the "
                                          f"limit of {MAX_PAYLOAD_BYTES}")
-                data = _parse(payload)
-                event = data["hook_event_name"]
+                data = _load(payload)
+                named = data.get("hook_event_name")
+                event = named if named in EVENTS else event
+                _check(data)
                 return self._dispatch(event, data, policy, project, defer_allowed)
             except _BadInputError as exc:
                 self._note_unattributed("bad-hook-input", {"event": event, "error": str(exc)})
@@ -227,8 +232,7 @@ class HookService:
             return live
         row = self._store.load(session_id)
         if row is not None and not row.ended:
-            text = self._store.policy_text(row.policy_sha256)
-            kernel = Kernel(parse_policy(text, source=row.policy_sha256[:12]),
+            kernel = Kernel(self._policy_of(row.policy_sha256),
                             audit=self._audit_store(), working_dir=row.working_dir,
                             run_id=row.run_id, guard_state=str(self.state_dir / "guards.db"),
                             resume=row.snapshot)
@@ -238,8 +242,8 @@ class HookService:
         working_dir = project or (cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None)
         if working_dir is None:
             raise _BadInputError("cwd is not an absolute path and no project directory is set")
-        sha, text = self._policy(policy)
-        kernel = Kernel(parse_policy(text, source=policy), audit=self._audit_store(),
+        sha = self._policy(policy)
+        kernel = Kernel(self._policy_of(sha), audit=self._audit_store(),
                         working_dir=working_dir, guard_state=str(self.state_dir / "guards.db"))
         kernel.note("session_start", {"session_id": session_id,
                                       "source": str(data.get("source", ""))})
@@ -253,8 +257,8 @@ class HookService:
         live.row.snapshot = None if live.row.ended else live.kernel.suspend()
         self._store.save(live.row)
 
-    def _policy(self, path: str) -> tuple[str, str]:
-        """(sha256, text) of the policy file, read again only when it changed."""
+    def _policy(self, path: str) -> str:
+        """The sha256 of the policy file, read again only when it changed; parsed once."""
         try:
             st = os.stat(path)
             key = (path, st.st_mtime_ns, st.st_size)
@@ -266,10 +270,20 @@ class HookService:
             raise CallgateError(f"the policy {path} cannot be read: {exc}") from exc
         text = raw.decode("utf-8")
         sha = hashlib.sha256(raw).hexdigest()
-        parse_policy(text, source=path)  # fails here, with file:line:col, if it is bad
+        if sha not in self._parsed:  # fails here, with file:line:col, if it is bad
+            self._parsed[sha] = parse_policy(text, source=path)
         self._store.keep_policy(sha, path, text)
-        self._policies = {key: (sha, text)}
-        return sha, text
+        self._policies = {key: sha}
+        return sha
+
+    def _policy_of(self, sha256: str) -> LoadedPolicy:
+        """The parsed policy a session runs under (from the store when this process has not
+        read it yet)."""
+        found = self._parsed.get(sha256)
+        if found is None:
+            text = self._store.policy_text(sha256)
+            found = self._parsed[sha256] = parse_policy(text, source=sha256[:12])
+        return found
 
     def _audit_store(self) -> AuditStore:
         if self._audit is None:
@@ -291,17 +305,8 @@ class _BadInputError(CallgateError):
     """The payload is not an event callgate can act on."""
 
 
-def _peek_event(payload: bytes) -> str:
-    """The event name, for answering in its contract even when the rest is unreadable."""
-    try:
-        data = json.loads(payload)
-        name = data.get("hook_event_name") if isinstance(data, dict) else None
-        return name if isinstance(name, str) and name in EVENTS else "unknown"
-    except (ValueError, RecursionError):
-        return "unknown"
-
-
-def _parse(payload: bytes) -> dict[str, Any]:
+def _load(payload: bytes) -> dict[str, Any]:
+    """The payload as a JSON object (UTF-8, nesting bounded by the interpreter's recursion)."""
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -312,25 +317,19 @@ def _parse(payload: bytes) -> dict[str, Any]:
         raise _BadInputError(f"the payload nests deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
         raise _BadInputError(f"the payload is not JSON: {exc.msg} at line {exc.lineno} column "
-                        f"{exc.colno}") from exc
+                             f"{exc.colno}") from exc
     if not isinstance(data, dict):
         raise _BadInputError("the payload is not a JSON object")
-    if _depth(data) > MAX_DEPTH:
+    return data
+
+
+def _check(data: dict[str, Any]) -> None:
+    """Refuse a payload nested too deep or naming an event callgate does not answer."""
+    if nesting_depth(data, MAX_DEPTH) > MAX_DEPTH:
         raise _BadInputError(f"the payload nests deeper than {MAX_DEPTH} levels")
     event = data.get("hook_event_name")
     if event not in EVENTS:
         raise _BadInputError(f"unknown hook event {event!r} (callgate answers {', '.join(EVENTS)})")
-    return data
-
-
-def _depth(value: Any, level: int = 0) -> int:
-    if level > MAX_DEPTH:
-        return level
-    if isinstance(value, dict):
-        return max((_depth(v, level + 1) for v in value.values()), default=level)
-    if isinstance(value, list):
-        return max((_depth(v, level + 1) for v in value), default=level)
-    return level
 
 
 def _field(data: Mapping[str, Any], name: str, kind: type, *, required: bool = True) -> Any:
@@ -353,7 +352,7 @@ def _refusal(event: str, reason: str, *, exit_code: int) -> Answer:
     return Answer(stderr=reason, exit=2)
 
 
-def _reason_text(decision: Any) -> str:
+def _reason_text(decision: Decision) -> str:
     parts = [f"{r.id}: {r.message}" for r in decision.reasons]
     text = "; ".join(parts) or decision.verdict
     if decision.witness is not None and decision.witness.events:
