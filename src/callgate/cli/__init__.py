@@ -41,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "manifest": ("callgate.cli._manifest", "manifest_group",
                  "The permission manifest: what every tool may touch, and checks that it only "
                  "narrows."),
+    "mcp": ("callgate.cli._mcp", "mcp_group",
+            "Put callgate in front of MCP servers: proxy, serve, wrap, trust, pins."),
     "policy": ("callgate.cli._policy", "policy",
                "Work with policy files."),
     "run": ("callgate.cli._run", "run_command",
@@ -49,7 +51,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 #: the extras a command needs; without them it is not offered
-_NEEDS: dict[str, tuple[str, ...]] = {"run": ("httpx", "sqlglot")}
+_NEEDS: dict[str, tuple[str, ...]] = {"run": ("httpx", "sqlglot"), "mcp": ("mcp",)}
 
 
 def _available(name: str) -> bool:

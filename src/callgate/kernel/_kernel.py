@@ -223,6 +223,26 @@ class Kernel:
             except Exception as exc:
                 return self._crashed(call, exc)
 
+    def refuse(self, call: ToolCall | Mapping[str, Any], reason: Reason) -> Decision:
+        """Deny a call for a reason the host found before asking (an MCP tool whose definition
+        changed, an upstream server that is gone): audited, counted and in the trace like any
+        deny, with ``reason`` first. Never raises."""
+        with self._lock:
+            try:
+                self._seq += 1
+                validated = self._validate(call)
+                normalized = validated if isinstance(validated, ToolCall) else \
+                    self._placeholder(call)
+                reasons = (reason,) if isinstance(validated, ToolCall) else (reason, validated)
+                decision = self._audit_decision(normalized, _denial(normalized, reasons[0]))
+                if len(reasons) > 1 and decision.reasons == (reason,):
+                    decision = Decision(verdict="deny", call_id=decision.call_id, reasons=reasons)
+                decision = self._settle(normalized, decision, Effects(), attempted=True)
+                self._commit(normalized, decision, None)
+                return decision
+            except Exception as exc:
+                return self._crashed(call, exc)
+
     def report(self, call_id: str, *, status: Status = "ok", output: Any = None,
                error: str | None = None, duration_ms: float = 0.0,
                taint: Sequence[TaintLabel | str] = ()) -> ToolResult:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from callgate._model import StrictModel, Verdict
-from callgate.policy._settings import ExecutorSettings, GuardSettings
+from callgate.policy._settings import ExecutorSettings, GuardSettings, McpSettings
 
 Risk = Literal["low", "medium", "high", "critical"]
 PathRole = Literal["read", "write"]
@@ -236,6 +236,7 @@ class Policy(StrictModel):
     behavior: tuple[BehaviorStatement, ...] = ()
     guards: GuardSettings | None = None
     executors: ExecutorSettings | None = None
+    mcp: McpSettings | None = None
 
     @model_validator(mode="after")
     def _ids_are_unique(self) -> Policy:

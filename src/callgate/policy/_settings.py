@@ -1,15 +1,16 @@
-"""The settings sections of a policy file: ``guards:`` and ``executors:``.
+"""The settings sections of a policy file: ``guards:``, ``executors:`` and ``mcp:``.
 
-They say how the content guards and the executors are tuned and what the executors need to know
-of the world; the guards and executors read them, the schema (``Policy.guards``,
-``Policy.executors``) holds them.
+They say how the content guards and the executors are tuned, what the executors need to know
+of the world, and which MCP servers the gateway fronts; the guards, executors and the gateway
+read them, the schema (``Policy.guards``, ``Policy.executors``, ``Policy.mcp``) holds them.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from callgate._model import StrictModel
 
@@ -92,3 +93,76 @@ class ExecutorSettings(StrictModel):
     retrieval_index: str | None = None
     shell: ShellSettings = ShellSettings()
     follow_symlinks: tuple[str, ...] = ()
+
+
+#: A server name: what ``SERVER`` is in ``mcp__SERVER__TOOL`` and in ``callgate mcp trust``.
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_Seconds = Annotated[float, Field(gt=0, le=3600)]
+
+
+class McpServerSettings(StrictModel):
+    """One upstream MCP server of the gateway: how to reach it and what its output is.
+
+    Exactly one of ``command`` (a stdio child, resolved with the gateway's ``PATH``) and
+    ``url`` (Streamable HTTP). The child's environment is ``PATH``, ``HOME``, ``LANG``,
+    ``TERM``, ``USER`` of the gateway, plus ``pass_env`` (names copied from the gateway's
+    environment) and ``env`` (values written here). ``source`` is the taint label of what the
+    server returns (``web`` for a fetch or browser server, ``email`` for a mail server), on every
+    tool's output or, when ``untrusted_tools`` lists some, on theirs only.
+    """
+
+    command: str | None = Field(default=None, min_length=1)
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    pass_env: tuple[str, ...] = ()
+    cwd: str | None = None
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    headers: dict[str, str] = Field(default_factory=dict)
+    source: str | None = Field(default=None, min_length=1, max_length=64)
+    untrusted_tools: tuple[str, ...] | None = None
+    hide_denied: bool | None = None
+    timeout_s: _Seconds | None = None
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> McpServerSettings:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of command (a stdio server) or url (an HTTP one)")
+        if self.url is None and self.headers:
+            raise ValueError("headers apply to a url server only")
+        if self.command is None and (self.args or self.env or self.pass_env or self.cwd):
+            raise ValueError("args, env, pass_env and cwd apply to a command server only")
+        return self
+
+
+class McpSettings(StrictModel):
+    """The ``mcp:`` section: the gateway's upstream servers and how tools are shown.
+
+    ``separator`` joins server and tool in the aggregated names ``callgate mcp serve`` shows
+    (``SERVER__TOOL``); ``hide_denied`` drops from ``tools/list`` the tools the principal can
+    never call; ``timeout_s`` bounds every upstream request; ``pins`` is the file that keeps
+    the pinned tool definitions (default: beside the audit log).
+    """
+
+    separator: str = Field(default="__", min_length=1, max_length=8, pattern=r"^[_.:-]+$")
+    hide_denied: bool = False
+    timeout_s: _Seconds = 60.0
+    max_message_bytes: Annotated[int, Field(ge=1024, le=256 * 2**20)] = 4 * 2**20
+    pins: str | None = None
+    servers: dict[str, McpServerSettings] = Field(default_factory=dict)
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, value: dict[str, McpServerSettings]) -> dict[str, McpServerSettings]:
+        for name in value:
+            if not SERVER_NAME.match(name):
+                raise ValueError(f"server name {name!r} must be letters, digits, '_', '.', '-' "
+                                 "(at most 63, starting with a letter or digit)")
+        return value
+
+    @model_validator(mode="after")
+    def _separator_splits(self) -> McpSettings:
+        clash = [n for n in self.servers if self.separator in n]
+        if clash:
+            raise ValueError(f"server name {clash[0]!r} contains the separator "
+                             f"{self.separator!r}; rename it or choose another separator")
+        return self

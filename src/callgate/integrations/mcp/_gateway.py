@@ -1,0 +1,390 @@
+"""The gateway: an MCP server in front of upstream MCP servers, every request through the kernel.
+
+``Gateway`` holds the upstream connections, the pins and one ``Gate`` (kernel run) per
+downstream connection; ``Gateway.server()`` is the ``mcp`` SDK's low-level ``Server`` whose
+handlers relay to the upstreams. The SDK serves both protocol eras on the client side (the
+``initialize`` handshake, or 2026-07-28 requests that carry version and capabilities in their
+``_meta``); ``Upstream`` negotiates either era with each server.
+
+The order for a ``tools/call``: route the name to its server; refuse a tool no listing showed, a
+tool whose pinned definition changed, or a server that is down; otherwise the kernel decides;
+``require-approval`` asks the user (``_approval``); an allowed call is forwarded, and its result
+is reported to the kernel (status, bounded observation, the server's declared taint) before the
+client sees it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.session import ServerSession
+
+from callgate._model import Decision, Reason
+from callgate.integrations.mcp._approval import Approvals
+from callgate.integrations.mcp._gate import (
+    Gate,
+    call_of,
+    kernel_tool,
+    never_allowed,
+    observation,
+    untrusted,
+)
+from callgate.integrations.mcp._pins import PinStore
+from callgate.integrations.mcp._upstream import Upstream, UpstreamError
+from callgate.kernel import Kernel
+from callgate.policy._loader import LoadedPolicy
+from callgate.policy._settings import McpServerSettings, McpSettings
+
+__all__ = ["Gateway"]
+
+log = logging.getLogger("callgate.mcp")
+
+Ctx = ServerRequestContext[Any, Any]
+#: Downstream runs kept at once (HTTP sessions); the oldest is ended and dropped first.
+MAX_RUNS = 256
+
+
+class Gateway:
+    """The upstream servers, their pins, and one kernel run per downstream connection."""
+
+    def __init__(self, loaded: LoadedPolicy, servers: Mapping[str, McpServerSettings], *,
+                 pins: PinStore, audit: str | None, aggregate: bool,
+                 working_dir: str | None = None) -> None:
+        self.loaded = loaded
+        self.settings: McpSettings = loaded.policy.mcp or McpSettings()
+        self.servers = dict(servers)
+        self.pins = pins
+        self.audit = audit
+        self.aggregate = aggregate
+        self.working_dir = working_dir
+        self.upstreams: dict[str, Upstream] = {}
+        self._gates: OrderedDict[str, Gate] = OrderedDict()
+        self._sessions: dict[str, ServerSession] = {}
+        self._known: dict[str, set[str]] = {}
+        self._suspended: dict[str, dict[str, str]] = {}
+        self._resources: dict[str, str] = {}
+        self._hidden: dict[str, bool] = {}
+        self.approvals = Approvals(os.urandom(32), timeout_s=self.settings.timeout_s)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def connect(self, stack: contextlib.AsyncExitStack) -> list[str]:
+        """Connect every upstream (a failure marks that server down); the failures."""
+        failures: list[str] = []
+        for name, spec in self.servers.items():
+            upstream = Upstream(name, spec, timeout_s=self.settings.timeout_s,
+                                limit=self.settings.max_message_bytes, notify=self._upstream_said)
+            try:
+                self.upstreams[name] = await stack.enter_async_context(upstream)
+            except UpstreamError as exc:
+                upstream.down = str(exc)
+                self.upstreams[name] = upstream
+                failures.append(str(exc))
+        stack.callback(self.close)
+        return failures
+
+    def close(self) -> None:
+        """End every run (open obligations are judged and audited)."""
+        while self._gates:
+            _, gate = self._gates.popitem(last=False)
+            gate.kernel.end_run()
+            gate.kernel.close()
+
+    def gate_for(self, ctx: Ctx) -> Gate:
+        """The run of the downstream connection ``ctx`` came on."""
+        key = _connection_key(ctx)
+        gate = self._gates.get(key)
+        if gate is None:
+            kernel = Kernel(self.loaded, audit=self.audit, working_dir=self.working_dir,
+                            run_id=f"mcp_{uuid.uuid4().hex}")
+            gate = self._gates[key] = Gate(kernel)
+            while len(self._gates) > MAX_RUNS:
+                old_key, old = self._gates.popitem(last=False)
+                self._sessions.pop(old_key, None)
+                old.kernel.end_run()
+                old.kernel.close()
+        self._gates.move_to_end(key)
+        self._sessions[key] = ctx.session
+        return gate
+
+    # -- names ------------------------------------------------------------------------------
+
+    def exposed(self, server: str, name: str) -> str:
+        return f"{server}{self.settings.separator}{name}" if self.aggregate else name
+
+    def route(self, exposed: str) -> tuple[str, str] | None:
+        """(server, name) of an exposed tool or prompt name, or None."""
+        if not self.aggregate:
+            return next(iter(self.servers)), exposed
+        server, sep, name = exposed.partition(self.settings.separator)
+        return (server, name) if sep and server in self.servers and name else None
+
+    # -- the handlers -----------------------------------------------------------------------
+
+    def server(self) -> Server[Any]:
+        """The low-level SDK server whose handlers relay to the upstreams."""
+        offers = {cap for up in self.upstreams.values() if up.down is None
+                  for cap in _offered(up.capabilities)} if self.upstreams else set()
+        handlers: dict[str, Any] = {"on_list_tools": self._list_tools,
+                                    "on_call_tool": self._call_tool}
+        if "resources" in offers:
+            handlers |= {"on_list_resources": self._list_resources,
+                         "on_list_resource_templates": self._list_templates,
+                         "on_read_resource": self._read_resource}
+        if "prompts" in offers:
+            handlers |= {"on_list_prompts": self._list_prompts, "on_get_prompt": self._get_prompt}
+        if "completions" in offers:
+            handlers["on_completion"] = self._complete
+        return Server("callgate-mcp-gateway", version=_version(),
+                      instructions=self._instructions(), **handlers)
+
+    def notification_options(self) -> NotificationOptions:
+        return NotificationOptions(prompts_changed=True, resources_changed=True,
+                                   tools_changed=True)
+
+    async def _list_tools(self, ctx: Ctx, params: Any) -> types.ListToolsResult:
+        self.gate_for(ctx)
+        tools: list[types.Tool] = []
+        for server, upstream in self.upstreams.items():
+            if upstream.down is not None:
+                continue
+            for tool in await self._review(server, upstream):
+                if self._hide(server, tool.name):
+                    continue
+                tools.append(tool.model_copy(update={"name": self.exposed(server, tool.name)}))
+        return types.ListToolsResult(tools=tools)
+
+    async def _review(self, server: str, upstream: Upstream) -> list[types.Tool]:
+        """The server's tools now, pinned; the tools whose definition changed left out."""
+        listed = await upstream.list_tools()
+        wire = [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in listed]
+        changed = await anyio.to_thread.run_sync(self.pins.review, server, wire)
+        self._known[server] = {t.name for t in listed}
+        self._suspended[server] = changed
+        for why in changed.values():
+            log.warning("%s", why)
+        return [t for t in listed if t.name not in changed]
+
+    def _hide(self, server: str, tool: str) -> bool:
+        spec = self.servers[server]
+        hide = spec.hide_denied if spec.hide_denied is not None else self.settings.hide_denied
+        if not hide:
+            return False
+        name = kernel_tool(server, tool)
+        if name not in self._hidden:
+            self._hidden[name] = never_allowed(self.loaded.policy, name)
+        return self._hidden[name]
+
+    async def _refusal(self, server: str, tool: str) -> Reason | None:
+        """Why a call to ``tool`` is refused before the kernel is asked, or None."""
+        upstream = self.upstreams[server]
+        if upstream.down is not None:
+            return Reason(id="mcp.upstream-down", check="mcp", message=upstream.down)
+        if server not in self._known:
+            try:
+                await self._review(server, upstream)
+            except UpstreamError as exc:
+                return Reason(id="mcp.upstream-error", check="mcp", message=str(exc))
+        if tool not in self._known.get(server, set()):
+            return Reason(id="mcp.unknown-tool", check="mcp", message=(
+                f"server {server!r} lists no tool {tool!r}; only listed (and pinned) tools "
+                f"can be called"))
+        why = self._suspended.get(server, {}).get(tool)
+        return None if why is None else Reason(id="mcp.tool-changed", check="mcp", message=why)
+
+    async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams
+                         ) -> types.CallToolResult | types.InputRequiredResult:
+        gate = self.gate_for(ctx)
+        routed = self.route(params.name)
+        if routed is None:
+            return _error_result(f"callgate: no server offers a tool named {params.name!r}")
+        server, tool = routed
+        call = call_of(server, tool, params.arguments)
+        resumed = self.approvals.resume(params, call, gate)
+        if resumed is not None:
+            decision, answer = resumed
+        else:
+            decision = gate.decide(call, await self._refusal(server, tool))
+            answer = None
+        if decision.verdict == "deny":
+            return gate.denied_result(decision, params.name)
+        if decision.verdict == "require-approval":
+            if answer is None:
+                asked = await self.approvals.ask(ctx, params, call, decision, gate)
+                if isinstance(asked, types.InputRequiredResult):
+                    return asked
+                answer = asked
+            if answer is not True:
+                gate.report(decision, output=None, error=str(answer), taint=(), status="denied")
+                return gate.denied_result(Decision(
+                    verdict="deny", call_id=decision.call_id, witness=decision.witness,
+                    reasons=(*decision.reasons, Reason(id="approval.refused", check="approval",
+                                                       message=str(answer)))), params.name)
+        return await self._forward(ctx, gate, decision, server=server, tool=tool, params=params)
+
+    async def _forward(self, ctx: Ctx, gate: Gate, decision: Decision, *, server: str,
+                       tool: str, params: types.CallToolRequestParams) -> types.CallToolResult:
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            with contextlib.suppress(Exception):
+                await ctx.session.report_progress(progress, total, message)
+
+        try:
+            result = await self.upstreams[server].call_tool(tool, params.arguments, progress)
+        except UpstreamError as exc:
+            gate.report(decision, output=None, error=str(exc), taint=())
+            return _error_result(f"callgate: {exc}")
+        recorded = gate.report(decision, output=observation(result),
+                               error="the tool reported an error" if result.is_error else None,
+                               taint=untrusted(self.servers[server], tool))
+        if recorded.status != "ok" and not result.is_error:
+            return _error_result(f"callgate withheld the output of {params.name}: "
+                                 f"{recorded.error}")
+        return result
+
+    async def _list_resources(self, ctx: Ctx, params: Any) -> types.ListResourcesResult:
+        out: list[types.Resource] = []
+        for server, upstream in self._offering("resources"):
+            for resource in await upstream.list_resources():
+                self._resources[str(resource.uri)] = server
+                out.append(resource)
+        return types.ListResourcesResult(resources=out)
+
+    async def _list_templates(self, ctx: Ctx, params: Any) -> types.ListResourceTemplatesResult:
+        out: list[types.ResourceTemplate] = []
+        for _, upstream in self._offering("resources"):
+            out.extend(await upstream.list_resource_templates())
+        return types.ListResourceTemplatesResult(resource_templates=out)
+
+    async def _read_resource(self, ctx: Ctx, params: types.ReadResourceRequestParams
+                             ) -> types.ReadResourceResult:
+        gate = self.gate_for(ctx)
+        uri = str(params.uri)
+        offering = [name for name, _ in self._offering("resources")]
+        server = self._resources.get(uri) or (offering[0] if len(offering) == 1 else None)
+        if server is None:
+            raise _mcp_error(types.INVALID_PARAMS, f"no server listed the resource {uri!r}")
+        upstream = self.upstreams[server]
+        refusal = None if upstream.down is None else Reason(
+            id="mcp.upstream-down", check="mcp", message=upstream.down)
+        decision = gate.decide(call_of(server, "read_resource", {"uri": uri}, action="read"),
+                               refusal)
+        if decision.verdict != "allow":
+            if decision.verdict == "require-approval":
+                gate.report(decision, output=None, error="resources cannot be approved",
+                            taint=(), status="denied")
+            raise _mcp_error(types.INVALID_REQUEST, gate.explain(decision, uri))
+        try:
+            result: types.ReadResourceResult = await upstream.request(
+                "resources/read", lambda: upstream.client.read_resource(uri))
+        except UpstreamError as exc:
+            gate.report(decision, output=None, error=str(exc), taint=())
+            raise _mcp_error(types.INTERNAL_ERROR, f"callgate: {exc}") from exc
+        gate.report(decision, output=observation(result), error=None,
+                    taint=untrusted(self.servers[server], "read_resource"))
+        return result
+
+    async def _list_prompts(self, ctx: Ctx, params: Any) -> types.ListPromptsResult:
+        out: list[types.Prompt] = []
+        for server, upstream in self._offering("prompts"):
+            out.extend(p.model_copy(update={"name": self.exposed(server, p.name)})
+                       for p in await upstream.list_prompts())
+        return types.ListPromptsResult(prompts=out)
+
+    async def _get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams
+                          ) -> types.GetPromptResult:
+        routed = self.route(params.name)
+        if routed is None or self.upstreams[routed[0]].down is not None:
+            raise _mcp_error(types.INVALID_PARAMS, f"no server offers a prompt {params.name!r}")
+        upstream = self.upstreams[routed[0]]
+        result: types.GetPromptResult = await upstream.request(
+            "prompts/get", lambda: upstream.client.get_prompt(routed[1], params.arguments))
+        return result
+
+    async def _complete(self, ctx: Ctx, params: types.CompleteRequestParams
+                        ) -> types.CompleteResult:
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            routed = self.route(ref.name)
+            if routed is None:
+                raise _mcp_error(types.INVALID_PARAMS, f"no server offers {ref.name!r}")
+            server, ref = routed[0], ref.model_copy(update={"name": routed[1]})
+        else:
+            offering = [name for name, _ in self._offering("resources")]
+            if not offering:
+                raise _mcp_error(types.INVALID_PARAMS, "no server offers resources")
+            server = offering[0]
+        upstream = self.upstreams[server]
+        argument = {params.argument.name: params.argument.value}
+        context = params.context.arguments if params.context else None
+        result: types.CompleteResult = await upstream.request(
+            "completion/complete", lambda: upstream.client.complete(ref, argument, context))
+        return result
+
+    def _offering(self, capability: str) -> list[tuple[str, Upstream]]:
+        return [(n, u) for n, u in self.upstreams.items()
+                if u.down is None and capability in _offered(u.capabilities)]
+
+    async def _upstream_said(self, server: str, note: types.ServerNotification) -> None:
+        """Relay an upstream's list-changed and resource-updated notifications; a changed tool
+        list is pinned at once, so a changed definition is suspended before anyone lists it."""
+        if isinstance(note, types.ToolListChangedNotification):
+            with contextlib.suppress(UpstreamError):
+                await self._review(server, self.upstreams[server])
+        if not isinstance(note, types.ToolListChangedNotification
+                          | types.ResourceListChangedNotification
+                          | types.PromptListChangedNotification
+                          | types.ResourceUpdatedNotification):
+            return
+        for session in list(self._sessions.values()):
+            with contextlib.suppress(Exception):
+                await session.send_notification(note)
+
+    def _instructions(self) -> str | None:
+        parts = [u.client.instructions for u in self.upstreams.values()
+                 if u.down is None and u.client.instructions]
+        return "\n\n".join(p for p in parts if p) or None
+
+
+def _offered(caps: types.ServerCapabilities) -> set[str]:
+    return {name for name in ("resources", "prompts", "completions")
+            if getattr(caps, name, None) is not None}
+
+
+def _connection_key(ctx: Ctx) -> str:
+    request = ctx.request
+    headers = getattr(request, "headers", None)
+    if headers is not None:
+        session = headers.get("mcp-session-id")
+        return f"http:{session}" if session else "http:stateless"
+    return "stdio"
+
+
+def _error_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                is_error=True)
+
+
+def _mcp_error(code: int, message: str) -> Exception:
+    from mcp import MCPError
+
+    return MCPError(code=code, message=message)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("callgate")
+    except PackageNotFoundError:  # pragma: no cover - a source tree without metadata
+        return "0"
