@@ -146,6 +146,12 @@ class Abstractor:
             taint = frozenset().union(*(e.taint for e in events))
             self._index.add(events[-1].seq, output[: self.output_bound], taint)
 
+    def index_output(self, seq: int, output: str, taint: frozenset[str]) -> None:
+        """Index the output of event ``seq`` for later flows, when it arrives after the event
+        (a host that reports a call's result once it has run)."""
+        if 0 < seq <= self._seq and output:
+            self._index.add(seq, output, taint)
+
     def preview(self, raw: Mapping[str, Any]) -> list[Event]:
         """The events ``raw`` would produce, numbered from ``next_seq``, without changing state."""
         return self._events(raw, None)[0]

@@ -175,6 +175,12 @@ class RunBehavior:
             return checked  # the very objects the monitors checked: their plans are reused
         return _augment([dataclasses.replace(e, status=status) for e in plain], extra, taint)
 
+    def attach_output(self, seq: int, output: str, taint: frozenset[str]) -> None:
+        """The output of event ``seq``, reported after it was committed: indexed for value
+        flow, so a later argument copied from it carries its taint and names it."""
+        if not self._idle and self._abstractor is not None:
+            self._abstractor.index_output(seq, output, taint)
+
     def finish(self) -> list[Violation]:
         return self._monitor.finish()
 
@@ -193,10 +199,17 @@ def _augment(events: list[Event], extra: Mapping[str, Any], taint: frozenset[str
     # The kernel knows the real taint: the run's, plus the output's once the call has run (a
     # denied fetch brought nothing in, whatever its tool would have returned), plus the taint of
     # earlier outputs an argument's value was copied from (value flow).
+    # An event with value flows also names them: ``flow_taint`` (the taint its arguments
+    # brought from earlier outputs, apart from the run's) and ``flow_from`` (those events).
     out = []
     for i, ev in enumerate(events):
         args = {**ev.args, **extra} if i == 0 else ev.args
-        flowed = taint.union(*(f.taint for f in ev.flows)) if ev.flows else taint
+        flowed = taint
+        if ev.flows:
+            carried = frozenset().union(*(f.taint for f in ev.flows))
+            flowed = taint | carried
+            args = {**args, "flow_taint": sorted(carried),
+                    "flow_from": sorted({f.source_event for f in ev.flows})}
         out.append(dataclasses.replace(ev, args=args, taint=flowed))
     return out
 

@@ -184,6 +184,8 @@ class Kernel:
         self._unaudited: list[str] = []
         # calls ``check`` allowed whose results ``report`` may still bring (oldest dropped first)
         self._checked: OrderedDict[str, ToolCall] = OrderedDict()
+        # the trace position (last event) of each of those calls, for its reported output
+        self._event_of: dict[str, int] = {}
         if resume is not None:
             if run_id is None:
                 raise CallgateError("resuming a run needs its run_id")
@@ -217,8 +219,10 @@ class Kernel:
                 self._commit(normalized, decision, None)
                 if decision.verdict != "deny":
                     self._checked[normalized.id] = normalized
+                    self._event_of[normalized.id] = self._behavior.length
                     while len(self._checked) > MAX_AWAITED_RESULTS:
-                        self._checked.popitem(last=False)
+                        dropped, _ = self._checked.popitem(last=False)
+                        self._event_of.pop(dropped, None)
                 return decision
             except Exception as exc:
                 return self._crashed(call, exc)
@@ -255,6 +259,7 @@ class Kernel:
         """
         with self._lock:
             call = self._checked.pop(call_id, None)
+            seq = self._event_of.pop(call_id, None)
             if call is None:
                 raise CallgateError(f"no allowed call {safe_text(call_id)!r} awaits a result")
             try:
@@ -267,10 +272,18 @@ class Kernel:
                     result = _withheld(result, f"guard.observe-failed: {failure}")
                 if result.status == "ok":
                     self._completed[call.tool] += 1
+                    self._index_output(seq, result)
                 return self._audit_result(result)
             except Exception as exc:
                 why = self._internal_error("report", call_id, exc)
                 return ToolResult(call_id=call_id, status="error", error=f"internal.error: {why}")
+
+    def _index_output(self, seq: int | None, result: ToolResult) -> None:
+        # A reported output joins the value-flow index under its call's event, with the taint
+        # it was labelled: an argument later copied from it carries that taint and names it.
+        if seq is not None and isinstance(result.output, str):
+            self._behavior.attach_output(seq, result.output,
+                                         frozenset(label.source for label in result.taint))
 
     def note(self, action: str, args: Mapping[str, Any], *, output: str | None = None,
              taint: Sequence[str] = ()) -> None:

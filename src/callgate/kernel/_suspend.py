@@ -130,6 +130,7 @@ def snapshot(kernel: Kernel) -> bytes:
         "invoked": dict(kernel._invoked),
         "completed": dict(kernel._completed),
         "checked": [call.model_dump() for call in kernel._checked.values()],
+        "event_of": dict(kernel._event_of),
         "behavior": {
             "next": behavior._next,
             "length": monitor._length,
@@ -176,6 +177,7 @@ def restore(kernel: Kernel, data: bytes) -> None:
     for dumped in state["checked"]:
         call = ToolCall.model_validate(dumped)
         kernel._checked[call.id] = call
+    kernel._event_of = {str(k): int(v) for k, v in state.get("event_of", {}).items()}
     behavior._next = saved["next"]
     monitor._length = saved["length"]
     monitor._broken = saved["broken"]

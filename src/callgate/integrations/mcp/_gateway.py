@@ -21,6 +21,7 @@ import os
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -31,6 +32,7 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.session import ServerSession
 
 from callgate._model import Decision, Reason
+from callgate.audit import AuditStore
 from callgate.integrations.mcp._approval import Approvals
 from callgate.integrations.mcp._gate import (
     Gate,
@@ -65,7 +67,8 @@ class Gateway:
         self.settings: McpSettings = loaded.policy.mcp or McpSettings()
         self.servers = dict(servers)
         self.pins = pins
-        self.audit = audit
+        # One store for every run of the process: a SQLite log has one writer chain.
+        self.audit = None if audit is None else AuditStore.open(Path(audit))
         self.aggregate = aggregate
         self.working_dir = working_dir
         self.upstreams: dict[str, Upstream] = {}
@@ -95,11 +98,13 @@ class Gateway:
         return failures
 
     def close(self) -> None:
-        """End every run (open obligations are judged and audited)."""
+        """End every run (open obligations are judged and audited), then close the log."""
         while self._gates:
             _, gate = self._gates.popitem(last=False)
             gate.kernel.end_run()
-            gate.kernel.close()
+        if self.audit is not None:
+            self.audit.close()
+            self.audit = None
 
     def gate_for(self, ctx: Ctx) -> Gate:
         """The run of the downstream connection ``ctx`` came on."""
@@ -113,7 +118,6 @@ class Gateway:
                 old_key, old = self._gates.popitem(last=False)
                 self._sessions.pop(old_key, None)
                 old.kernel.end_run()
-                old.kernel.close()
         self._gates.move_to_end(key)
         self._sessions[key] = ctx.session
         return gate
