@@ -103,8 +103,9 @@ _Seconds = Annotated[float, Field(gt=0, le=3600)]
 class McpServerSettings(StrictModel):
     """One upstream MCP server of the gateway: how to reach it and what its output is.
 
-    Exactly one of ``command`` (a stdio child, resolved with the gateway's ``PATH``) and
-    ``url`` (Streamable HTTP). The child's environment is ``PATH``, ``HOME``, ``LANG``,
+    One of ``command`` (a stdio child, resolved with the gateway's ``PATH``) and ``url``
+    (Streamable HTTP); ``callgate mcp serve`` needs one, ``callgate mcp proxy`` takes the
+    command from its own command line. The child's environment is ``PATH``, ``HOME``, ``LANG``,
     ``TERM``, ``USER`` of the gateway, plus ``pass_env`` (names copied from the gateway's
     environment) and ``env`` (values written here). ``source`` is the taint label of what the
     server returns (``web`` for a fetch or browser server, ``email`` for a mail server), on every
@@ -125,8 +126,9 @@ class McpServerSettings(StrictModel):
 
     @model_validator(mode="after")
     def _one_way_in(self) -> McpServerSettings:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("give exactly one of command (a stdio server) or url (an HTTP one)")
+        if self.command is not None and self.url is not None:
+            raise ValueError("give one of command (a stdio server) or url (an HTTP one), "
+                             "not both")
         if self.url is None and self.headers:
             raise ValueError("headers apply to a url server only")
         if self.command is None and (self.args or self.env or self.pass_env or self.cwd):

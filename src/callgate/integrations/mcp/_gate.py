@@ -16,7 +16,7 @@ from typing import Any
 
 import mcp_types as types
 
-from callgate._model import Decision, Reason, ToolResult
+from callgate._model import Decision, Reason, Status, ToolResult
 from callgate.kernel import Kernel
 from callgate.policy._schema import Policy
 from callgate.policy._settings import McpServerSettings
@@ -83,11 +83,12 @@ class Gate:
         return decision
 
     def report(self, decision: Decision, *, output: str | None, error: str | None,
-               taint: tuple[str, ...], status: str = "ok") -> ToolResult:
+               taint: tuple[str, ...], status: Status = "ok", duration_ms: float = 0.0
+               ) -> ToolResult:
         """Record what the upstream answered to an allowed call."""
-        state = "error" if error is not None and status == "ok" else status
-        return self.kernel.report(decision.call_id, status=state,  # type: ignore[arg-type]  # one of the three statuses, set above
-                                  output=output, error=error, taint=taint)
+        state: Status = "error" if error is not None and status == "ok" else status
+        return self.kernel.report(decision.call_id, status=state, output=output, error=error,
+                                  taint=taint, duration_ms=duration_ms)
 
     def explain(self, decision: Decision, tool: str) -> str:
         """What the model reads when a call is refused: the ids, the reasons, the witness."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -243,14 +244,17 @@ class Gateway:
             with contextlib.suppress(Exception):
                 await ctx.session.report_progress(progress, total, message)
 
+        started = time.monotonic()
         try:
             result = await self.upstreams[server].call_tool(tool, params.arguments, progress)
         except UpstreamError as exc:
-            gate.report(decision, output=None, error=str(exc), taint=())
+            gate.report(decision, output=None, error=str(exc), taint=(),
+                        duration_ms=_ms_since(started))
             return _error_result(f"callgate: {exc}")
         recorded = gate.report(decision, output=observation(result),
                                error="the tool reported an error" if result.is_error else None,
-                               taint=untrusted(self.servers[server], tool))
+                               taint=untrusted(self.servers[server], tool),
+                               duration_ms=_ms_since(started))
         if recorded.status != "ok" and not result.is_error:
             return _error_result(f"callgate withheld the output of {params.name}: "
                                  f"{recorded.error}")
@@ -358,6 +362,10 @@ class Gateway:
         parts = [u.client.instructions for u in self.upstreams.values()
                  if u.down is None and u.client.instructions]
         return "\n\n".join(p for p in parts if p) or None
+
+
+def _ms_since(started: float) -> float:
+    return (time.monotonic() - started) * 1000.0
 
 
 def _offered(caps: types.ServerCapabilities) -> set[str]:

@@ -83,6 +83,9 @@ def serve_http(loaded: LoadedPolicy, *, host: str, port: int, audit: str | None,
     settings = loaded.policy.mcp or McpSettings()
     if not settings.servers:
         raise CallgateError("the policy's mcp.servers names no server to serve")
+    unreachable = [n for n, s in settings.servers.items() if s.command is None and s.url is None]
+    if unreachable:
+        raise CallgateError(f"mcp.servers.{unreachable[0]} gives neither command nor url")
     if not allow_remote and not _loopback(host):
         raise CallgateError(f"{host} is not a loopback address: the endpoint has no "
                             f"authentication of its own; pass --allow-remote to serve it anyway")

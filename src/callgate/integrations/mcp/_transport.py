@@ -154,11 +154,16 @@ async def client_stdio(limit: int) -> AsyncIterator[Streams]:
                     await in_send.send(SessionMessage(parsed))
         await replies.aclose()
 
+    drained = anyio.Event()
+
     async def pump_out() -> None:
         sink = anyio.wrap_file(os.fdopen(wire_out, "wb", buffering=0))
-        async with out_recv:
-            async for message in out_recv:
-                await sink.write(_encode(message))
+        try:
+            async with out_recv:
+                async for message in out_recv:
+                    await sink.write(_encode(message))
+        finally:
+            drained.set()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(pump_in)
@@ -166,7 +171,11 @@ async def client_stdio(limit: int) -> AsyncIterator[Streams]:
         try:
             yield in_recv, out_send
         finally:
+            # what the server already answered still reaches the client (bounded)
             await out_send.aclose()
+            await replies.aclose()
+            with anyio.move_on_after(_STOP_GRACE_S):
+                await drained.wait()
             tg.cancel_scope.cancel()
 
 
