@@ -45,6 +45,12 @@ def _compiled(statements: tuple[BehaviorStatement, ...]) -> BehaviorSet:
     return compile_behavior(statements)
 
 
+def flow_statements(policy: Policy) -> frozenset[str]:
+    """The ids of the policy's statements that read ``flow_taint`` or ``flow_from``."""
+    return frozenset(s.id for s in policy.behavior
+                     if "flow_taint" in s.rule or "flow_from" in s.rule)
+
+
 def descriptions_for(policy: Policy) -> dict[str, str]:
     """Statement id -> description, for the statements ``compile_for`` compiles."""
     pack = builtin_pack() if policy.run_state.behavioral_rules else ()
@@ -114,8 +120,11 @@ class RunBehavior:
     """Events and monitor state of one run."""
 
     def __init__(self, behaviors: BehaviorSet, *, working_dir: str,
-                 descriptions: Mapping[str, str] | None = None) -> None:
+                 descriptions: Mapping[str, str] | None = None,
+                 flow_statements: frozenset[str] = frozenset()) -> None:
         self._monitor: Monitor = behaviors.monitor()
+        # statements about value flow: their witness also names where the values came from
+        self._flow_statements = flow_statements
         # With no statement there is nothing to judge: calls are not even abstracted.
         self._idle = len(behaviors) == 0
         self._descriptions = dict(descriptions or {})
@@ -143,7 +152,11 @@ class RunBehavior:
         events = _augment(plain, extra, taint)
         violations: list[Violation] = []
         for event in events:
-            violations.extend(self._monitor.check_pending(event))
+            for v in self._monitor.check_pending(event):
+                if v.statement in self._flow_statements and event.flows:
+                    sources = {f.source_event for f in event.flows} - set(v.events)
+                    v = dataclasses.replace(v, events=(*v.events, *sorted(sources)))
+                violations.append(v)
         self._pending = (raw, plain, events)
         return violations
 

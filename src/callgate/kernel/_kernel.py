@@ -46,6 +46,7 @@ from callgate.kernel._behavior import (
     call_args,
     compile_for,
     descriptions_for,
+    flow_statements,
 )
 from callgate.kernel._capabilities import CapabilityToken, RateLimiter, check_grants, issue_token
 from callgate.kernel._declare import check_declaration, tool_decorator
@@ -165,7 +166,8 @@ class Kernel:
         self._state = RunState(quarantine_after=self.policy.run_state.quarantine_after_denials)
         self._behavior = RunBehavior(
             compile_for(self.policy, None if isinstance(policy, Policy) else policy),
-            working_dir=self.working_dir, descriptions=descriptions_for(self.policy))
+            working_dir=self.working_dir, descriptions=descriptions_for(self.policy),
+            flow_statements=flow_statements(self.policy))
         self._limiter = RateLimiter()
         self._tokens = TokenBook()
         self._approval = approval_handler

@@ -1,0 +1,162 @@
+"""``callgate mcp serve``: several real servers behind one Streamable HTTP endpoint, one run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+import pytest
+
+from tests.integrations.mcp.conftest import (
+    FETCH_SERVER,
+    GIT_SERVER,
+    MODES,
+    SCRIPTED,
+    Gw,
+    connect,
+    read_json_lines,
+    serving,
+    text_of,
+)
+from tests.integrations.mcp.test_proxy import Page, page  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.slow
+
+
+def _config(gw: Gw, fs_server: Path, root: Path, repo: Path, rug: Path, log: Path) -> Path:
+    return gw.write_policy(f"""\
+tools:
+  mcp__fs__read_text_file:
+    filesystem: {{read: ["{root}/**"]}}
+    path_params: [path]
+behavior:
+  - id: no-web-text-in-commits-or-files
+    description: a commit message or a written file carries text fetched from the web
+    rule: >-
+      always(not (action in {{mcp__git__git_commit, mcp__fs__write_file}}
+        and flow_taint ~ "*web*" and once(action = mcp__fetch__fetch)))
+mcp:
+  timeout_s: 5
+  servers:
+    fs: {{command: "{fs_server}", args: ["{root}"]}}
+    git: {{command: "{GIT_SERVER}", args: [--repository, "{repo}"]}}
+    fetch: {{command: "{FETCH_SERVER}", args: [--ignore-robots-txt, --allow-private-ips],
+             source: web}}
+    scripted: {{command: "{sys.executable}", args: ["{SCRIPTED}", --rug, "{rug}", --log,
+                "{log}"]}}
+""")
+
+
+@pytest.fixture
+def world(gw: Gw, fs_server: Path, tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    root = tmp_path / "files"
+    root.mkdir()
+    (root / "notes.txt").write_text("meeting at noon\n")
+    (root / "escape").symlink_to("/etc/passwd")
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "a.txt").write_text("a\n")
+    subprocess.run(["git", "-C", str(repo), "add", "a.txt"], check=True)
+    rug, log = tmp_path / "rug", tmp_path / "calls.jsonl"
+    _config(gw, fs_server, root, repo, rug, log)
+    return root, repo, rug, log
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_aggregated_tools_are_decided_over_http_in_both_eras(
+        gw: Gw, world: tuple[Path, Path, Path, Path], mode: str) -> None:
+    root, repo, _, _ = world
+    with serving(gw, gw.policy) as url:
+        async def main() -> tuple[set[str], list[types.CallToolResult]]:
+            async with connect(url, mode) as client:
+                names = {t.name for t in (await client.list_tools()).tools}
+                return names, [
+                    await client.call_tool("fs__read_text_file", {"path": str(root / "notes.txt")}),
+                    await client.call_tool("fs__read_text_file", {"path": "/etc/passwd"}),
+                    await client.call_tool("fs__read_text_file", {"path": str(root / "escape")}),
+                    await client.call_tool("git__git_status", {"repo_path": str(repo)}),
+                    await client.call_tool("nosuch__tool", {}),
+                ]
+
+        names, (inside, passwd, escape, status, unknown) = anyio.run(main)
+    assert {"fs__read_text_file", "git__git_commit", "fetch__fetch", "scripted__echo"} <= names
+    assert "meeting at noon" in text_of(inside) and not inside.is_error
+    for denied in (passwd, escape):
+        assert denied.is_error and "[tool.filesystem]" in text_of(denied)
+    assert not status.is_error
+    assert unknown.is_error and "no server offers a tool" in text_of(unknown)
+    assert [d["decision"]["verdict"] for d in gw.decisions()] == ["allow", "deny", "deny",
+                                                                 "allow"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_text_fetched_from_the_web_cannot_be_committed_or_written_and_the_fetch_is_the_witness(
+        gw: Gw, world: tuple[Path, Path, Path, Path], page: Page, mode: str) -> None:
+    root, repo, _, _ = world
+    carried = "rotate the deploy keys before Friday zebra-quartz-7741"
+    with serving(gw, gw.policy) as url:
+        async def main() -> list[types.CallToolResult]:
+            async with connect(url, mode) as client:
+                return [
+                    await client.call_tool("fetch__fetch", {"url": page.url, "raw": True}),
+                    await client.call_tool("git__git_commit", {"repo_path": str(repo),
+                                                               "message": carried}),
+                    await client.call_tool("fs__write_file", {"path": str(root / "out.txt"),
+                                                              "content": carried}),
+                    await client.call_tool("fs__write_file", {"path": str(root / "own.txt"),
+                                                              "content": "my own words"}),
+                    await client.call_tool("git__git_commit", {"repo_path": str(repo),
+                                                               "message": "add a.txt"}),
+                ]
+
+        fetched, commit, write, own, clean_commit = anyio.run(main)
+    assert carried in text_of(fetched)
+    for denied in (commit, write):
+        text = text_of(denied)
+        assert denied.is_error and "[no-web-text-in-commits-or-files]" in text, text
+        assert "mcp__fetch__fetch" in text  # the witness names the fetch
+        witness = denied.meta["callgate/decision"]["witness"] if denied.meta else {}
+        assert 1 in witness["events"]
+    assert not (root / "out.txt").exists()
+    assert not own.is_error and (root / "own.txt").read_text() == "my own words"
+    assert not clean_commit.is_error, text_of(clean_commit)
+
+
+def test_a_rug_pull_over_http_suspends_the_tool(gw: Gw, world: tuple[Path, Path, Path, Path]
+                                                ) -> None:
+    _, _, rug, log = world
+    with serving(gw, gw.policy) as url:
+        async def main(change: bool) -> types.CallToolResult:
+            async with connect(url, "auto") as client:
+                if change:
+                    rug.write_text("now")
+                await client.list_tools()
+                return await client.call_tool("scripted__echo", {"text": "hi"})
+
+        before = anyio.run(main, False)
+        after = anyio.run(main, True)
+    assert not before.is_error
+    assert after.is_error and "[mcp.tool-changed]" in text_of(after)
+    assert len(read_json_lines(log)) == 1
+
+
+def test_an_upstream_killed_mid_call_over_http_errors_and_the_others_go_on(
+        gw: Gw, world: tuple[Path, Path, Path, Path]) -> None:
+    root = world[0]
+    with serving(gw, gw.policy) as url:
+        async def main() -> list[types.CallToolResult]:
+            async with connect(url, "legacy") as client:
+                with anyio.fail_after(60):
+                    died = await client.call_tool("scripted__die", {})
+                return [died,
+                        await client.call_tool("scripted__echo", {"text": "x"}),
+                        await client.call_tool("fs__read_text_file",
+                                               {"path": str(root / "notes.txt")})]
+
+        died, after, other = anyio.run(main)
+    assert died.is_error and "scripted" in text_of(died)
+    assert after.is_error and "[mcp.upstream-down]" in text_of(after)
+    assert not other.is_error
