@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo test test-base lint typecheck system-deps claude-code bench clean
+.PHONY: demo test test-base lint typecheck system-deps claude-code mcp-servers bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,6 +27,13 @@ claude-code: $(CLAUDE)
 $(CLAUDE):
 	npm install --silent --no-audit --no-fund --prefix .cache/claude-code @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) >/dev/null
 
+# Third-party MCP servers the gateway is tested against (pinned; the PyPI ones are dev extras).
+MCP_FS_VERSION := 2026.8.31
+MCP_FS := .cache/mcp-servers/node_modules/.bin/mcp-server-filesystem
+mcp-servers: $(MCP_FS)
+$(MCP_FS):
+	npm install --silent --no-audit --no-fund --prefix .cache/mcp-servers @modelcontextprotocol/server-filesystem@$(MCP_FS_VERSION) >/dev/null
+
 demo: $(STAMP)
 	$(VENV)/bin/callgate demo
 
@@ -36,7 +43,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: system-deps $(STAMP) $(CLAUDE) lint typecheck test-base
+test: system-deps $(STAMP) $(CLAUDE) $(MCP_FS) lint typecheck test-base
 	$(PY) -m pytest
 
 # The base install: the package without extras (no z3, tree-sitter, httpx, sqlglot, server,
@@ -54,7 +61,7 @@ $(BASE_STAMP): pyproject.toml
 
 test-base: $(BASE_STAMP)
 	$(BASE)/bin/python -m pip install -q --no-deps --force-reinstall .
-	$(BASE)/bin/python -c "import importlib.util as u, sys; extra = [m for m in ('z3', 'tree_sitter', 'httpx', 'sqlglot', 'starlette', 'uvicorn', 'psycopg') if u.find_spec(m)]; sys.exit(f'extras installed in the base venv: {extra}' if extra else 0)"
+	$(BASE)/bin/python -c "import importlib.util as u, sys; extra = [m for m in ('z3', 'tree_sitter', 'httpx', 'sqlglot', 'starlette', 'uvicorn', 'psycopg', 'mcp') if u.find_spec(m)]; sys.exit(f'extras installed in the base venv: {extra}' if extra else 0)"
 	cd $(BASE) && bin/callgate --help >/dev/null
 	cd $(BASE) && echo '$(BASE_CALL)' | bin/callgate decide --preset safe-research | tee /dev/stderr | grep -q '"verdict": "allow"'
 	$(BASE)/bin/callgate policy lint examples/research-agent.yaml
@@ -63,4 +70,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) $(BASE) .cache/claude-code .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(BASE) .cache/claude-code .cache/mcp-servers .mypy_cache .ruff_cache .pytest_cache
