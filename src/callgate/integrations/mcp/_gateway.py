@@ -79,6 +79,7 @@ class Gateway:
         self._suspended: dict[str, dict[str, str]] = {}
         self._resources: dict[str, str] = {}
         self._hidden: dict[str, bool] = {}
+        self._input_schemas: dict[str, Mapping[str, Any]] = {}
         self.approvals = Approvals(os.urandom(32), timeout_s=self.settings.timeout_s)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -151,8 +152,12 @@ class Gateway:
             handlers |= {"on_list_prompts": self._list_prompts, "on_get_prompt": self._get_prompt}
         if "completions" in offers:
             handlers["on_completion"] = self._complete
-        return Server("callgate-mcp-gateway", version=_version(),
-                      instructions=self._instructions(), **handlers)
+        server: Server[Any] = Server(
+            "callgate-mcp-gateway", version=_version(), instructions=self._instructions(),
+            get_tool_input_schema=self._input_schemas.get, **handlers)
+        # The SDK's tracing middleware costs time on every message and exports nothing here.
+        server.middleware = []
+        return server
 
     def notification_options(self) -> NotificationOptions:
         return NotificationOptions(prompts_changed=True, resources_changed=True,
@@ -176,6 +181,10 @@ class Gateway:
         wire = [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in listed]
         changed = await anyio.to_thread.run_sync(self.pins.review, server, wire)
         self._known[server] = {t.name for t in listed}
+        # 2026-07-28 HTTP requests are checked against the listed schema; from here, not by
+        # listing every server again on each call
+        self._input_schemas.update({self.exposed(server, t.name): t.input_schema
+                                    for t in listed if t.name not in changed})
         self._suspended[server] = changed
         for why in changed.values():
             log.warning("%s", why)

@@ -137,8 +137,7 @@ async def client_stdio(limit: int) -> AsyncIterator[Streams]:
     replies = out_send.clone()
 
     async def pump_in() -> None:
-        source = anyio.wrap_file(os.fdopen(os.dup(0), "rb", buffering=0))
-        reader = _FileByteStream(source)
+        reader = _FdStream(os.dup(0))
         async with in_send:
             async for line in read_lines(reader, limit):
                 if isinstance(line, Oversized):
@@ -157,11 +156,13 @@ async def client_stdio(limit: int) -> AsyncIterator[Streams]:
     drained = anyio.Event()
 
     async def pump_out() -> None:
-        sink = anyio.wrap_file(os.fdopen(wire_out, "wb", buffering=0))
+        sink = _FdStream(wire_out)
         try:
             async with out_recv:
                 async for message in out_recv:
-                    await sink.write(_encode(message))
+                    await sink.send(_encode(message))
+        except OSError as exc:  # the client is gone: nothing more can reach it
+            log.warning("the client's end of stdout is closed: %s", exc)
         finally:
             drained.set()
 
@@ -179,20 +180,36 @@ async def client_stdio(limit: int) -> AsyncIterator[Streams]:
             tg.cancel_scope.cancel()
 
 
-class _FileByteStream(anyio.abc.ByteReceiveStream):
-    """An anyio byte stream over a blocking file read in a worker thread."""
+class _FdStream(anyio.abc.ByteReceiveStream):
+    """A pipe descriptor read and written without blocking, on the event loop itself (no
+    worker thread per message)."""
 
-    def __init__(self, file: anyio.AsyncFile[bytes]) -> None:
-        self._file = file
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        os.set_blocking(fd, False)
 
     async def receive(self, max_bytes: int = _CHUNK) -> bytes:
-        data = await self._file.read(max_bytes)
-        if not data:
-            raise anyio.EndOfStream
-        return data
+        while True:
+            try:
+                data = os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                await anyio.wait_readable(self._fd)
+                continue
+            if not data:
+                raise anyio.EndOfStream
+            return data
+
+    async def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._fd, view):]
+            except BlockingIOError:
+                await anyio.wait_writable(self._fd)
 
     async def aclose(self) -> None:
-        await self._file.aclose()
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
 
 
 def child_environment(extra: Mapping[str, str], pass_env: Sequence[str],
