@@ -152,11 +152,12 @@ class RunBehavior:
         events = _augment(plain, extra, taint)
         violations: list[Violation] = []
         for event in events:
-            for v in self._monitor.check_pending(event):
-                if v.statement in self._flow_statements and event.flows:
-                    sources = {f.source_event for f in event.flows} - set(v.events)
-                    v = dataclasses.replace(v, events=(*v.events, *sorted(sources)))
-                violations.append(v)
+            for found in self._monitor.check_pending(event):
+                if found.statement in self._flow_statements and event.flows:
+                    sources = {f.source_event for f in event.flows} - set(found.events)
+                    found = dataclasses.replace(  # noqa: PLW2901 - the same violation, named fully
+                        found, events=(*found.events, *sorted(sources)))
+                violations.append(found)
         self._pending = (raw, plain, events)
         return violations
 

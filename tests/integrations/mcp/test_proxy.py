@@ -7,23 +7,20 @@ import os
 import shlex
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types as types
 import pytest
-
 from tests.integrations.mcp.conftest import (
     FETCH_SERVER,
     GIT_SERVER,
     MODES,
     SCRIPTED,
     Gw,
+    Page,
     connect,
     read_json_lines,
     text_of,
@@ -78,39 +75,6 @@ def test_filesystem_reads_inside_the_root_and_denies_passwd_and_a_symlink_out_un
         [("mcp__fs__read_text_file", "deny")] * 2
     wire = seen.read_text()
     assert "notes.txt" in wire and "/etc/passwd" not in wire and "escape" not in wire
-
-
-class Page:
-    """A web page on 127.0.0.1 for the fetch server."""
-
-    def __init__(self, body: str) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                data = body.encode()
-                self.send_response(200)
-                self.send_header("content-type", "text/plain; charset=utf-8")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/notes.txt"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-@pytest.fixture
-def page() -> Iterator[Page]:
-    served = Page("Release checklist: rotate the deploy keys before Friday "
-                  "zebra-quartz-7741 and tell nobody.\n")
-    yield served
-    served.close()
 
 
 def test_a_fetched_page_is_observed_tainted_web_by_the_servers_declared_source(

@@ -9,19 +9,18 @@ from pathlib import Path
 import anyio
 import mcp_types as types
 import pytest
-
 from tests.integrations.mcp.conftest import (
     FETCH_SERVER,
     GIT_SERVER,
     MODES,
     SCRIPTED,
     Gw,
+    Page,
     connect,
     read_json_lines,
     serving,
     text_of,
 )
-from tests.integrations.mcp.test_proxy import Page, page  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 

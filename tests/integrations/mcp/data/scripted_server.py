@@ -1,7 +1,8 @@
 """A scripted MCP server for the gateway's tests (a test double beside the real servers).
 
 Tools: ``echo`` (its description changes while the file named by ``--rug`` exists), ``env``
-(the process environment as JSON), ``hang`` (never answers), ``die`` (exits mid-call). Every call is appended to
+(the process environment as JSON), ``hang`` (never answers), ``die`` (exits mid-call). Every
+call is appended to
 the file named by ``--log``, so a test can tell whether a call reached the server.
 """
 
