@@ -25,7 +25,7 @@ def _stderr_logging(verbose: bool) -> None:
 
 @click.group("mcp")
 def mcp_group() -> None:
-    """Put callgate in front of MCP servers."""
+    """Put callgate in front of MCP servers: proxy, serve, wrap, trust, pins."""
 
 
 @mcp_group.command("proxy", context_settings={"ignore_unknown_options": True})

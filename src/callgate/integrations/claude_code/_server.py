@@ -31,7 +31,10 @@ from callgate.integrations.claude_code._client import (
     send,
     socket_path,
 )
-from callgate.integrations.claude_code._service import Answer, HookService
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from callgate.integrations.claude_code._service import HookService
 
 log = logging.getLogger("callgate.claude_code")
 
@@ -49,6 +52,8 @@ def _handle(conn: socket.socket, service: HookService) -> None:
             head, _, payload = frame.partition(b"\n")
             header = json.loads(head)
             if not isinstance(header, dict) or header.get("v") != 1:
+                from callgate.integrations.claude_code._service import Answer
+
                 answer = Answer(stderr="callgate: a hook of another version spoke", exit=2)
             else:
                 oversized = header.get("oversized")
@@ -63,7 +68,12 @@ def _handle(conn: socket.socket, service: HookService) -> None:
 
 
 def serve(state_dir: str, idle_s: float = DEFAULT_IDLE_S) -> int:
-    """Serve hook events for ``state_dir`` until idle; 0 at once if another process does."""
+    """Serve hook events for ``state_dir`` until idle; 0 at once if another process does.
+
+    The lock is taken before the decision machinery is imported: hooks that find no process
+    each start one, and those that lose the race must cost an interpreter start, not the
+    second of imports that would starve the one that won.
+    """
     state = Path(state_dir)
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     lock = (state / "daemon.lock").open("a+")
@@ -76,17 +86,22 @@ def serve(state_dir: str, idle_s: float = DEFAULT_IDLE_S) -> int:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     (state / "daemon.pid").write_text(f"{os.getpid()}\n", encoding="utf-8")
-    service = HookService(state)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     os.chmod(path, 0o600)
+    # Listening before the service is built: hooks that connect now wait in the backlog
+    # instead of finding no socket and starting more processes.
     listener.listen(128)
     listener.settimeout(1.0)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    last = time.monotonic()
-    log.info("serving %s on %s", state, path)
+    service: HookService | None = None
     try:
+        from callgate.integrations.claude_code._service import HookService
+
+        service = HookService(state)
+        last = time.monotonic()
+        log.info("serving %s on %s", state, path)
         while not stop.is_set() and time.monotonic() - last < idle_s:
             try:
                 conn, _ = listener.accept()
@@ -98,7 +113,8 @@ def serve(state_dir: str, idle_s: float = DEFAULT_IDLE_S) -> int:
         listener.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        service.close()
+        if service is not None:
+            service.close()
         lock.close()
     return 0
 
