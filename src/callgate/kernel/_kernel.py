@@ -58,6 +58,7 @@ from callgate.kernel._taint import TaintTracker
 from callgate.kernel._tokens import TokenBook
 from callgate.kernel._toolpolicy import check_tool
 from callgate.kernel._validate import Stamp, error_text, is_text, placeholder, safe_text, validate
+from callgate.matchers._paths import PathRejected, canonical_parameters
 from callgate.policy._roots import root_problems
 from callgate.policy._schema import CapabilityConstraints, Policy, ToolPolicy
 from callgate.sandbox import BackendName
@@ -381,6 +382,25 @@ class Kernel:
              tool_class: str | None = None, action: str = "call") -> Callable[[Any], Any]:
         """Decorator: declare an in-process tool whose every call goes through this kernel."""
         return tool_decorator(self, name, policy, tool_class, action)
+
+    def opened_as_checked(self, tool: str, tool_class: str,
+                          parameters: Mapping[str, Any]) -> dict[str, Any]:
+        """``parameters`` as a host must hand them to code that may open any string it gets
+        (an MCP server, a tool in another process): when the kernel checks this call's paths,
+        every path-named or path-shaped string made canonical and absolute against the tool's
+        working directory, so a relative ``./x`` cannot be checked here and opened against the
+        other process's own directory. Otherwise (no path check applies) as given. A value that
+        cannot be made canonical is left as written: the check refuses it."""
+        declared = self._registry.get(tool)
+        if tool_class not in self._path_classes and (declared is None
+                                                     or declared.filesystem is None):
+            return dict(parameters)
+        roles = declared.path_params if declared is not None else {}
+        try:
+            return canonical_parameters(parameters, self._registry.base(declared), roles,
+                                        shaped=True)
+        except PathRejected:
+            return dict(parameters)
 
     def tool_policy(self, name: str) -> ToolPolicy | None:
         """The policy declared for tool ``name`` (in the file or in code), or None."""

@@ -109,7 +109,9 @@ class McpServerSettings(StrictModel):
     ``TERM``, ``USER`` of the gateway, plus ``pass_env`` (names copied from the gateway's
     environment) and ``env`` (values written here). ``source`` is the taint label of what the
     server returns (``web`` for a fetch or browser server, ``email`` for a mail server), on every
-    tool's output or, when ``untrusted_tools`` lists some, on theirs only.
+    tool's output or, when ``untrusted_tools`` lists some, on theirs only. ``policy`` names
+    another policy file (relative to the one that names it) whose principal, grants, rules and
+    statements decide this server's calls, in a run of their own, instead of that file's.
     """
 
     command: str | None = Field(default=None, min_length=1)
@@ -123,6 +125,7 @@ class McpServerSettings(StrictModel):
     untrusted_tools: tuple[str, ...] | None = None
     hide_denied: bool | None = None
     timeout_s: _Seconds | None = None
+    policy: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _one_way_in(self) -> McpServerSettings:

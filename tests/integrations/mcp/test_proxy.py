@@ -274,3 +274,40 @@ def test_git_server_behind_the_proxy_denies_a_rule_and_allows_status(gw: Gw,
     status, reset = anyio.run(main)
     assert not status.is_error and "branch" in text_of(status).lower()
     assert reset.is_error and "[no-git-reset] resets lose work" in text_of(reset)
+
+
+def test_a_relative_path_is_forwarded_as_checked_not_as_the_servers_cwd_reads_it(
+        gw: Gw, fs_server: Path) -> None:
+    root = gw.tmp / "files"
+    (root / "public").mkdir(parents=True)
+    (root / "public" / "readme.txt").write_text("public words\n")
+    (root / "secret.txt").write_text("SECRET-71\n")
+    seen = gw.tmp / "upstream-saw.jsonl"
+    # the server runs in root, the policy's paths mean root/public: "secret.txt" is checked as
+    # root/public/secret.txt, so that is what the server must be asked to open
+    gw.write_policy(f"""\
+working_dir: {root / "public"}
+tools:
+  mcp__fs__read_text_file:
+    filesystem: {{read: ["{root / "public"}/**"]}}
+    path_params: [path]
+mcp:
+  servers:
+    fs: {{command: x, cwd: "{root}"}}
+""")
+    tee = f"tee -a {shlex.quote(str(seen))} | exec {shlex.quote(str(fs_server))} " \
+          f"{shlex.quote(str(root))}"
+
+    async def main() -> list[types.CallToolResult]:
+        async with connect(gw.proxy("fs", "sh", "-c", tee), "auto") as client:
+            return [await client.call_tool("read_text_file", {"path": p})
+                    for p in ("readme.txt", "secret.txt", "./secret.txt")]
+
+    readme, secret, dotted = anyio.run(main)
+    assert "public words" in text_of(readme)
+    for result in (secret, dotted):
+        assert "SECRET-71" not in text_of(result)
+    wire = [json.loads(line) for line in seen.read_text().splitlines() if line.strip()]
+    asked = [m["params"]["arguments"]["path"] for m in wire if m.get("method") == "tools/call"]
+    assert asked == [str(root / "public" / "readme.txt"), str(root / "public" / "secret.txt"),
+                     str(root / "public" / "secret.txt")]

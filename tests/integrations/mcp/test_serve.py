@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import mcp_types as types
 import pytest
 from tests.integrations.mcp.conftest import (
+    CALLGATE,
     FETCH_SERVER,
     GIT_SERVER,
     MODES,
@@ -17,6 +22,7 @@ from tests.integrations.mcp.conftest import (
     Gw,
     Page,
     connect,
+    free_port,
     read_json_lines,
     serving,
     text_of,
@@ -159,3 +165,104 @@ def test_an_upstream_killed_mid_call_over_http_errors_and_the_others_go_on(
     assert died.is_error and "scripted" in text_of(died)
     assert after.is_error and "[mcp.upstream-down]" in text_of(after)
     assert not other.is_error
+
+
+@contextlib.contextmanager
+def _remote_scripted(tmp: Path, token: str) -> Iterator[str]:
+    """The scripted server on Streamable HTTP, answering only requests that carry the token."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(SCRIPTED), "--http", str(port),
+                                "--require-header", f"X-Token={token}", "--log",
+                                str(tmp / "remote.jsonl")])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(15)
+
+
+def test_a_url_server_is_reached_with_its_headers_and_one_refusing_them_is_down(
+        gw: Gw) -> None:
+    with _remote_scripted(gw.tmp, "s3cret") as remote:
+        gw.write_policy(f"""\
+mcp:
+  timeout_s: 10
+  servers:
+    remote: {{url: "{remote}", headers: {{X-Token: s3cret}}}}
+    wrongkey: {{url: "{remote}", headers: {{X-Token: guessed}}}}
+""")
+        with serving(gw, gw.policy) as url:
+            async def main() -> tuple[set[str], types.CallToolResult, types.CallToolResult]:
+                async with connect(url, "auto") as client:
+                    names = {t.name for t in (await client.list_tools()).tools}
+                    return (names, await client.call_tool("remote__echo", {"text": "over http"}),
+                            await client.call_tool("wrongkey__echo", {"text": "never"}))
+
+            names, echoed, refused = anyio.run(main)
+    assert "remote__echo" in names and not any(n.startswith("wrongkey__") for n in names)
+    assert text_of(echoed) == "over http"
+    assert refused.is_error and "[mcp.upstream-down]" in text_of(refused)
+    calls = read_json_lines(gw.tmp / "remote.jsonl")
+    assert [c["arguments"]["text"] for c in calls] == ["over http"]
+
+
+def test_a_server_with_its_own_policy_is_decided_by_its_principal_in_a_run_of_its_own(
+        gw: Gw) -> None:
+    own = gw.tmp / "reader.yaml"
+    own.write_text("""\
+name: reader-only
+version: 1
+principal:
+  name: reader
+  capabilities:
+    - tool_class: mcp
+rules:
+  - id: reader-echoes-only
+    priority: 10
+    match: {tool: mcp__locked__echo}
+    decision: allow
+    reason: the reader may echo
+""")
+    gw.write_policy(f"""\
+mcp:
+  servers:
+    open: {{command: "{sys.executable}", args: ["{SCRIPTED}"]}}
+    locked: {{command: "{sys.executable}", args: ["{SCRIPTED}"], policy: reader.yaml}}
+""")
+    with serving(gw, gw.policy) as url:
+        async def main() -> list[types.CallToolResult]:
+            async with connect(url, "legacy") as client:
+                return [await client.call_tool("open__env", {}),
+                        await client.call_tool("locked__echo", {"text": "hi"}),
+                        await client.call_tool("locked__env", {})]
+
+        open_env, locked_echo, locked_env = anyio.run(main)
+    assert not open_env.is_error and not locked_echo.is_error
+    assert locked_env.is_error and "[default-deny]" in text_of(locked_env)
+    decided = [(d["call"]["tool"], d["call"]["principal"], d["decision"]["verdict"],
+                d["call"]["run_id"]) for d in gw.decisions()]
+    by_tool = {tool: (principal, verdict, run) for tool, principal, verdict, run in decided}
+    assert by_tool["mcp__open__env"][:2] == ("agent", "allow")
+    assert by_tool["mcp__locked__echo"][:2] == ("reader", "allow")
+    assert by_tool["mcp__locked__env"][:2] == ("reader", "deny")
+    assert by_tool["mcp__locked__echo"][2] == by_tool["mcp__locked__env"][2] != \
+        by_tool["mcp__open__env"][2]
+
+
+def test_a_server_policy_that_does_not_load_is_refused_at_its_place(gw: Gw) -> None:
+    (gw.tmp / "broken.yaml").write_text("name: x\nversion: 1\nrules:\n  - id: r\n    bogus: 1\n")
+    gw.write_policy(f"""\
+mcp:
+  servers:
+    locked: {{command: "{sys.executable}", args: ["{SCRIPTED}"], policy: broken.yaml}}
+""")
+    done = subprocess.run([str(CALLGATE), "mcp", "serve", "--config", str(gw.policy),
+                           "--listen", f"127.0.0.1:{free_port()}", "--audit", str(gw.audit)],
+                          env=gw.env(), capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert "broken.yaml:5:5" in done.stderr and "bogus" in done.stderr

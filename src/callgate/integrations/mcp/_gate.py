@@ -71,6 +71,14 @@ class Gate:
         self.kernel = kernel
         self._names: OrderedDict[int, str] = OrderedDict()
 
+    def prepare(self, call: dict[str, Any]) -> dict[str, Any]:
+        """``call`` with its arguments as they will be checked and forwarded: where the policy
+        checks this tool's paths, each path made canonical (the server opens what was checked,
+        whatever its own working directory)."""
+        parameters = self.kernel.opened_as_checked(call["tool"], call["tool_class"],
+                                                   call["parameters"])
+        return {**call, "parameters": parameters}
+
     def decide(self, call: dict[str, Any], refusal: Reason | None = None) -> Decision:
         """The kernel's decision on ``call``; ``refusal`` denies it outright (audited)."""
         before = self.kernel.trace_length

@@ -31,7 +31,18 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.session import ServerSession
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ServerEvent,
+    ToolsListChanged,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from callgate._errors import CallgateError
 from callgate._model import Decision, Reason
 from callgate.audit import AuditStore
 from callgate.integrations.mcp._approval import Approvals
@@ -46,7 +57,7 @@ from callgate.integrations.mcp._gate import (
 from callgate.integrations.mcp._pins import PinStore
 from callgate.integrations.mcp._upstream import Upstream, UpstreamError
 from callgate.kernel import Kernel
-from callgate.policy._loader import LoadedPolicy
+from callgate.policy._loader import LoadedPolicy, load_policy
 from callgate.policy._settings import McpServerSettings, McpSettings
 
 __all__ = ["Gateway"]
@@ -67,6 +78,8 @@ class Gateway:
         self.loaded = loaded
         self.settings: McpSettings = loaded.policy.mcp or McpSettings()
         self.servers = dict(servers)
+        # servers whose own policy file decides their calls (a principal of their own)
+        self.own_policies = own_policies(loaded, self.servers)
         self.pins = pins
         # One store for every run of the process: a SQLite log has one writer chain.
         self.audit = None if audit is None else AuditStore.open(Path(audit))
@@ -81,6 +94,9 @@ class Gateway:
         self._hidden: dict[str, bool] = {}
         self._input_schemas: dict[str, Mapping[str, Any]] = {}
         self.approvals = Approvals(os.urandom(32), timeout_s=self.settings.timeout_s)
+        # 2026-07-28 clients hear of changes on subscriptions/listen streams fed by this bus
+        self.events = InMemorySubscriptionBus()
+        self.listen = ListenHandler(self.events)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -108,13 +124,21 @@ class Gateway:
             self.audit.close()
             self.audit = None
 
-    def gate_for(self, ctx: Ctx) -> Gate:
-        """The run of the downstream connection ``ctx`` came on."""
+    def policy_of(self, server: str | None) -> LoadedPolicy:
+        """The policy that decides ``server``'s calls."""
+        return self.own_policies.get(server or "", self.loaded)
+
+    def gate_for(self, ctx: Ctx, server: str | None = None) -> Gate:
+        """The run that decides ``server``'s calls on the downstream connection of ``ctx``: the
+        connection's run, or its own run under the server's own policy."""
         key = _connection_key(ctx)
+        own = server is not None and server in self.own_policies
+        if own:
+            key = f"{key}|{server}"
         gate = self._gates.get(key)
         if gate is None:
-            kernel = Kernel(self.loaded, audit=self.audit, working_dir=self.working_dir,
-                            run_id=f"mcp_{uuid.uuid4().hex}")
+            kernel = Kernel(self.policy_of(server if own else None), audit=self.audit,
+                            working_dir=self.working_dir, run_id=f"mcp_{uuid.uuid4().hex}")
             gate = self._gates[key] = Gate(kernel)
             while len(self._gates) > MAX_RUNS:
                 old_key, old = self._gates.popitem(last=False)
@@ -143,7 +167,8 @@ class Gateway:
         offers = {cap for up in self.upstreams.values() if up.down is None
                   for cap in _offered(up.capabilities)} if self.upstreams else set()
         handlers: dict[str, Any] = {"on_list_tools": self._list_tools,
-                                    "on_call_tool": self._call_tool}
+                                    "on_call_tool": self._call_tool,
+                                    "on_subscriptions_listen": self.listen}
         if "resources" in offers:
             handlers |= {"on_list_resources": self._list_resources,
                          "on_list_resource_templates": self._list_templates,
@@ -197,7 +222,7 @@ class Gateway:
             return False
         name = kernel_tool(server, tool)
         if name not in self._hidden:
-            self._hidden[name] = never_allowed(self.loaded.policy, name)
+            self._hidden[name] = never_allowed(self.policy_of(server).policy, name)
         return self._hidden[name]
 
     async def _refusal(self, server: str, tool: str) -> Reason | None:
@@ -219,12 +244,13 @@ class Gateway:
 
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams
                          ) -> types.CallToolResult | types.InputRequiredResult:
-        gate = self.gate_for(ctx)
         routed = self.route(params.name)
         if routed is None:
+            self.gate_for(ctx)
             return _error_result(f"callgate: no server offers a tool named {params.name!r}")
         server, tool = routed
-        call = call_of(server, tool, params.arguments)
+        gate = self.gate_for(ctx, server)
+        call = gate.prepare(call_of(server, tool, params.arguments))
         resumed = self.approvals.resume(params, call, gate)
         if resumed is not None:
             decision, answer = resumed
@@ -245,27 +271,35 @@ class Gateway:
                     verdict="deny", call_id=decision.call_id, witness=decision.witness,
                     reasons=(*decision.reasons, Reason(id="approval.refused", check="approval",
                                                        message=str(answer)))), params.name)
-        return await self._forward(ctx, gate, decision, server=server, tool=tool, params=params)
+        return await self._forward(ctx, gate, decision, server=server, tool=tool,
+                                   arguments=call["parameters"], exposed=params.name)
 
     async def _forward(self, ctx: Ctx, gate: Gate, decision: Decision, *, server: str,
-                       tool: str, params: types.CallToolRequestParams) -> types.CallToolResult:
+                       tool: str, arguments: dict[str, Any], exposed: str
+                       ) -> types.CallToolResult:
+        """Send the call as it was checked (canonical paths) and report what came back."""
         async def progress(progress: float, total: float | None, message: str | None) -> None:
             with contextlib.suppress(Exception):
                 await ctx.session.report_progress(progress, total, message)
 
         started = time.monotonic()
         try:
-            result = await self.upstreams[server].call_tool(tool, params.arguments, progress)
+            result = await self.upstreams[server].call_tool(tool, arguments, progress)
         except UpstreamError as exc:
             gate.report(decision, output=None, error=str(exc), taint=(),
                         duration_ms=_ms_since(started))
             return _error_result(f"callgate: {exc}")
+        except anyio.get_cancelled_exc_class():
+            # the client cancelled (the SDK tells the server); the call's end is on record
+            gate.report(decision, output=None, error="cancelled by the client", taint=(),
+                        duration_ms=_ms_since(started))
+            raise
         recorded = gate.report(decision, output=observation(result),
                                error="the tool reported an error" if result.is_error else None,
                                taint=untrusted(self.servers[server], tool),
                                duration_ms=_ms_since(started))
         if recorded.status != "ok" and not result.is_error:
-            return _error_result(f"callgate withheld the output of {params.name}: "
+            return _error_result(f"callgate withheld the output of {exposed}: "
                                  f"{recorded.error}")
         return result
 
@@ -285,12 +319,12 @@ class Gateway:
 
     async def _read_resource(self, ctx: Ctx, params: types.ReadResourceRequestParams
                              ) -> types.ReadResourceResult:
-        gate = self.gate_for(ctx)
         uri = str(params.uri)
         offering = [name for name, _ in self._offering("resources")]
         server = self._resources.get(uri) or (offering[0] if len(offering) == 1 else None)
         if server is None:
             raise _mcp_error(types.INVALID_PARAMS, f"no server listed the resource {uri!r}")
+        gate = self.gate_for(ctx, server)
         upstream = self.upstreams[server]
         refusal = None if upstream.down is None else Reason(
             id="mcp.upstream-down", check="mcp", message=upstream.down)
@@ -342,7 +376,7 @@ class Gateway:
                 raise _mcp_error(types.INVALID_PARAMS, "no server offers resources")
             server = offering[0]
         upstream = self.upstreams[server]
-        argument = {params.argument.name: params.argument.value}
+        argument = {"name": params.argument.name, "value": params.argument.value}
         context = params.context.arguments if params.context else None
         result: types.CompleteResult = await upstream.request(
             "completion/complete", lambda: upstream.client.complete(ref, argument, context))
@@ -358,12 +392,13 @@ class Gateway:
         if isinstance(note, types.ToolListChangedNotification):
             with contextlib.suppress(UpstreamError):
                 await self._review(server, self.upstreams[server])
-        if not isinstance(note, types.ToolListChangedNotification
-                          | types.ResourceListChangedNotification
-                          | types.PromptListChangedNotification
-                          | types.ResourceUpdatedNotification):
+        event = _event_of(note)
+        if event is None:
             return
+        await self.events.publish(event)
         for session in list(self._sessions.values()):
+            if session.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                continue  # they listen on the bus
             with contextlib.suppress(Exception):
                 await session.send_notification(note)
 
@@ -371,6 +406,36 @@ class Gateway:
         parts = [u.client.instructions for u in self.upstreams.values()
                  if u.down is None and u.client.instructions]
         return "\n\n".join(p for p in parts if p) or None
+
+
+def own_policies(loaded: LoadedPolicy, servers: Mapping[str, McpServerSettings]
+                 ) -> dict[str, LoadedPolicy]:
+    """The policy files servers name for themselves (``mcp.servers.NAME.policy``), loaded; a
+    relative path is read against the directory of the file that names it."""
+    base = Path(loaded.source).parent if Path(loaded.source).is_file() else Path.cwd()
+    out: dict[str, LoadedPolicy] = {}
+    for name, spec in servers.items():
+        if spec.policy is None:
+            continue
+        own = load_policy(base / os.path.expanduser(spec.policy))
+        if own.policy.mcp is not None:
+            raise CallgateError(f"mcp.servers.{name}.policy: {own.source} has an mcp: section "
+                                f"of its own; a server's policy decides its calls only")
+        out[name] = own
+    return out
+
+
+def _event_of(note: types.ServerNotification) -> ServerEvent | None:
+    """The change event an upstream notification announces, or None for any other."""
+    if isinstance(note, types.ToolListChangedNotification):
+        return ToolsListChanged()
+    if isinstance(note, types.PromptListChangedNotification):
+        return PromptsListChanged()
+    if isinstance(note, types.ResourceListChangedNotification):
+        return ResourcesListChanged()
+    if isinstance(note, types.ResourceUpdatedNotification):
+        return ResourceUpdated(uri=str(note.params.uri))
+    return None
 
 
 def _ms_since(started: float) -> float:

@@ -138,19 +138,24 @@ async def client_stdio(limit: int) -> AsyncIterator[Streams]:
 
     async def pump_in() -> None:
         reader = _FdStream(os.dup(0))
-        async with in_send:
-            async for line in read_lines(reader, limit):
-                if isinstance(line, Oversized):
-                    await replies.send(SessionMessage(_error(
-                        None, types.INVALID_REQUEST,
-                        f"the message of {line.size} bytes exceeds the gateway's bound of "
-                        f"{limit} bytes; not read")))
-                    continue
-                parsed = parse_message(line)
-                if isinstance(parsed, types.JSONRPCError):
-                    await replies.send(SessionMessage(parsed))
-                elif parsed is not None:
-                    await in_send.send(SessionMessage(parsed))
+        try:
+            async with in_send:
+                async for line in read_lines(reader, limit):
+                    if isinstance(line, Oversized):
+                        await replies.send(SessionMessage(_error(
+                            None, types.INVALID_REQUEST,
+                            f"the message of {line.size} bytes exceeds the gateway's bound of "
+                            f"{limit} bytes; not read")))
+                        continue
+                    parsed = parse_message(line)
+                    if isinstance(parsed, types.JSONRPCError):
+                        await replies.send(SessionMessage(parsed))
+                    elif parsed is not None:
+                        await in_send.send(SessionMessage(parsed))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the server is shutting down: nothing reads the client any more
+        finally:
+            await reader.aclose()
         await replies.aclose()
 
     drained = anyio.Event()
@@ -244,7 +249,10 @@ async def child_stdio(command: str, args: Sequence[str], *, env: Mapping[str, st
                 parsed = None if isinstance(line, Oversized) else parse_message(line)
                 if isinstance(parsed, types.JSONRPCMessage | types.JSONRPCError) and not (
                         isinstance(parsed, types.JSONRPCError) and parsed.id is None):
-                    await in_send.send(SessionMessage(parsed))
+                    try:
+                        await in_send.send(SessionMessage(parsed))
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        return  # the client side is closing: nobody reads the server any more
                 elif line:
                     log.warning("MCP server %s sent %s; dropped", command,
                                 f"{line.size} bytes over the bound" if isinstance(line, Oversized)

@@ -22,6 +22,8 @@ from mcp import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.subscriptions import event_to_notification
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from callgate._errors import CallgateError
 from callgate.integrations.mcp._transport import child_environment, child_stdio
@@ -66,7 +68,28 @@ class Upstream:
             await self._stack.aclose()
             raise UpstreamError(f"cannot connect to MCP server {self.name!r}: "
                                 f"{_describe(exc)}") from exc
+        if self.protocol_version in MODERN_PROTOCOL_VERSIONS and self._notify is not None:
+            # A 2026-07-28 server says what changed only on a subscriptions/listen stream.
+            tasks = await self._stack.enter_async_context(anyio.create_task_group())
+            self._stack.callback(tasks.cancel_scope.cancel)
+            tasks.start_soon(self._listen)
         return self
+
+    async def _listen(self) -> None:
+        """Relay the server's change events as the notifications a handshake server sends."""
+        caps = self.capabilities
+        tools = bool(caps.tools and caps.tools.list_changed)
+        prompts = bool(caps.prompts and caps.prompts.list_changed)
+        resources = bool(caps.resources and caps.resources.list_changed)
+        if not (tools or prompts or resources) or self._notify is None:
+            return
+        try:
+            async with self.client.listen(tools_list_changed=tools, prompts_list_changed=prompts,
+                                          resources_list_changed=resources) as subscription:
+                async for event in subscription:
+                    await self._notify(self.name, event_to_notification(event, {}))
+        except Exception as exc:  # the server ended the stream: its changes are seen at listing
+            log.warning("MCP server %s: change events stopped: %s", self.name, _describe(exc))
 
     async def __aexit__(self, *exc: object) -> None:
         # Unwound in the task and scope that entered it (anyio's rule for task groups); the
