@@ -47,7 +47,7 @@ def proxy_command(policy: str | None, preset: str | None, audit: str | None, pin
     loaded = load_cli_policy(policy, preset)
     server = name or _default_name(command[0])
     if not SERVER_NAME.match(server):
-        fail(f"server name {server!r}: use letters, digits, '_', '.', '-'")
+        fail(f"server name {server!r}: use letters, digits, '_', '.', '-' (no '__', no '_' at the end)")
     try:
         sys.exit(run_proxy(loaded, name=server, command=command, audit=audit, pins=pins))
     except CallgateError as exc:
@@ -151,4 +151,5 @@ def _default_name(command: str) -> str:
     import re
 
     base = os.path.basename(command) or "server"
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", base)[:63].strip("-.") or "server"
+    name = re.sub(r"_{2,}", "_", re.sub(r"[^A-Za-z0-9_.-]", "-", base))
+    return name[:63].strip("-._") or "server"

@@ -96,7 +96,9 @@ class ExecutorSettings(StrictModel):
 
 
 #: A server name: what ``SERVER`` is in ``mcp__SERVER__TOOL`` and in ``callgate mcp trust``.
-SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+#: An MCP server's name. No "__" and no "_" at the end: then the first "__" after ``mcp__`` in
+#: ``mcp__SERVER__TOOL`` is the separator, so one policy name never means two tools.
+SERVER_NAME = re.compile(r"^(?!.*__)[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9.-])?$")
 _Seconds = Annotated[float, Field(gt=0, le=3600)]
 
 
@@ -160,8 +162,11 @@ class McpSettings(StrictModel):
     def _names(cls, value: dict[str, McpServerSettings]) -> dict[str, McpServerSettings]:
         for name in value:
             if not SERVER_NAME.match(name):
+                # "__" would make mcp__SERVER__TOOL ambiguous: server "a__b"'s tool "c" and
+                # server "a"'s tool "b__c" would be one name to every rule and statement
                 raise ValueError(f"server name {name!r} must be letters, digits, '_', '.', '-' "
-                                 "(at most 63, starting with a letter or digit)")
+                                 "(at most 63, starting with a letter or digit, not ending "
+                                 "with '_', no '__')")
         return value
 
     @model_validator(mode="after")
