@@ -25,10 +25,14 @@ rules:
     return Kernel(policy, audit=None, guards=[])
 
 
+def _limited(tmp: Path) -> str:
+    return f'{{tool_class: mcp, constraints: {{allowed_paths: ["{tmp}/**"]}}}}'
+
+
 def test_paths_are_made_canonical_where_the_kernel_checks_them(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
-    kernel = _kernel(tmp_path, f'{{tool_class: mcp, constraints: {{allowed_paths: ["{tmp_path}/**"]}}}}')
+    kernel = _kernel(tmp_path, _limited(tmp_path))
     given = {"path": "link/a.txt", "note": "./b.txt", "paths": ["c.txt"], "text": "plain words",
              "count": 3}
     opened = kernel.opened_as_checked("mcp__fs__read", "mcp", given)
@@ -46,7 +50,7 @@ def test_without_a_path_check_the_arguments_go_through_as_given(tmp_path: Path) 
 
 
 def test_a_path_that_cannot_be_canonical_is_left_for_the_check_to_refuse(tmp_path: Path) -> None:
-    kernel = _kernel(tmp_path, f'{{tool_class: mcp, constraints: {{allowed_paths: ["{tmp_path}/**"]}}}}')
+    kernel = _kernel(tmp_path, _limited(tmp_path))
     given = {"path": "bad\x00name"}
     opened = kernel.opened_as_checked("mcp__fs__read", "mcp", given)
     assert opened == given

@@ -47,7 +47,8 @@ def proxy_command(policy: str | None, preset: str | None, audit: str | None, pin
     loaded = load_cli_policy(policy, preset)
     server = name or _default_name(command[0])
     if not SERVER_NAME.match(server):
-        fail(f"server name {server!r}: use letters, digits, '_', '.', '-' (no '__', no '_' at the end)")
+        fail(f"server name {server!r}: use letters, digits, '_', '.', '-' "
+             f"(no '__', no '_' at the end)")
     try:
         sys.exit(run_proxy(loaded, name=server, command=command, audit=audit, pins=pins))
     except CallgateError as exc:
