@@ -133,7 +133,9 @@ class Event:
     """A typed event of a trace: Vigil's <action, named args, status, output> plus taint.
 
     ``seq`` numbers events from 1 after abstraction; ``line`` is the trace line (1-based) the
-    event came from, when it came from a file.
+    event came from, when it came from a file. ``taint`` is what the call's inputs carry;
+    ``source`` is what its own output is (kept apart: a mail tool's output is ``email``, which
+    says nothing about the call that fetched it); ``provenance`` is per argument.
     """
 
     action: str
@@ -145,3 +147,8 @@ class Event:
     line: int | None = None
     derived: bool = False
     flows: tuple[Flow, ...] = ()
+    #: for each argument, where its values first appeared: the labels of that content
+    #: (``trusted`` for content without taint, ``unseen`` for a value seen nowhere before)
+    provenance: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: the labels of whoever wrote this event's output (a tool's declared source)
+    source: frozenset[str] = frozenset()

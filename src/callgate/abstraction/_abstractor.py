@@ -3,14 +3,21 @@
 A raw line is either a typed event (``action``, ``args``, ``status``, ``output``, ``taint``) or
 a tool call (``tool`` and ``parameters``, or the OpenAI ``function`` / ``name`` + ``arguments``
 shapes) with its recorded ``status`` and ``output``. The abstractor drafts the events of the
-line, attaches the call's status and bounded output, finds value flows from earlier outputs,
-numbers the events, and indexes the output for later lines.
+line, attaches the call's status and bounded output, finds value flows from earlier outputs
+(and, when asked, each argument's provenance: where its values first appeared), numbers the
+events, and indexes the output for later lines.
+
+What an output *is* (its ``source``: who wrote it) is kept apart from what a call's inputs
+carry (its ``taint``). A line's ``output_source`` names it; tools declared to the abstractor
+(``DeclaredOutput``) give it by name, with the fields of a structured output the system itself
+fills in.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from callgate._errors import Problem, TraceError
@@ -18,11 +25,25 @@ from callgate._jsonlimits import loads_bounded
 from callgate._model import Event, Flow, Status
 from callgate.abstraction._drafts import Draft, ScriptContext, tool_drafts
 from callgate.abstraction._flow import FlowIndex
+from callgate.abstraction._structured import field_segments
+
+#: Characters of an output kept as an event's observation (what ``output`` patterns see).
+OBSERVATION_CHARS = 65_536
 
 _STATUSES: frozenset[str] = frozenset({"ok", "error", "denied"})
 #: Arguments that restate other arguments; value flow is not searched in them.
 _NO_FLOW_ARGS = frozenset({"argv", "argv_list", "flags", "wrappers", "tool_class", "tool_action",
                            "piped_from", "dynamic", "parse_error", "positionals"})
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredOutput:
+    """What a tool's output is: ``source``, the labels of whoever writes it (empty when the
+    system itself does), and ``trusted_fields``, the fields of a structured output the system
+    fills in whatever ``source`` says (a transaction's ``recipient``, not its ``subject``)."""
+
+    source: frozenset[str] = frozenset()
+    trusted_fields: frozenset[str] = frozenset()
 
 
 class MalformedLineError(ValueError):
@@ -104,11 +125,15 @@ class Abstractor:
 
     ``output_bound`` is the number of characters of each output kept as the event's
     observation (the head of the output); value flow indexes up to 256 KiB of each output.
+    ``outputs`` declares what named tools' outputs are; ``provenance`` computes, for every
+    argument of every event, the labels of where its values first appeared (off by default: it
+    costs a lookup per value).
     """
 
     def __init__(
-        self, *, output_bound: int = 4096, resolve_scripts: bool = True,
-        working_dir: str | None = None,
+        self, *, output_bound: int = OBSERVATION_CHARS, resolve_scripts: bool = True,
+        working_dir: str | None = None, outputs: Mapping[str, DeclaredOutput] | None = None,
+        provenance: bool = False,
     ) -> None:
         if output_bound < 0:
             raise ValueError("output_bound must not be negative")
@@ -116,6 +141,8 @@ class Abstractor:
         self._ctx = ScriptContext(resolve=resolve_scripts, working_dir=working_dir)
         self._index = FlowIndex()
         self._seq = 0
+        self._outputs = dict(outputs or {})
+        self._provenance = provenance
 
     @property
     def next_seq(self) -> int:
@@ -128,10 +155,10 @@ class Abstractor:
         Raises ``TraceError`` when the line has the wrong shape; any other failure becomes a
         ``parse_error`` event, so a call is never dropped.
         """
-        events, output, taint = self._events(raw, line)
+        events, output, source = self._events(raw, line)
         self._seq += len(events)
         if events:
-            self._index.add(events[-1].seq, output, taint)
+            self._add(events, output, source, _name_of(raw))
         return events
 
     def accept(self, events: list[Event], *, output: str = "") -> None:
@@ -143,14 +170,32 @@ class Abstractor:
             raise ValueError("events do not follow the abstracted prefix")
         self._seq += len(events)
         if events:
-            taint = frozenset().union(*(e.taint for e in events))
-            self._index.add(events[-1].seq, output[: self.output_bound], taint)
+            source = frozenset().union(*(e.source for e in events))
+            self._add(events, output[: self.output_bound], source, events[0].action)
 
-    def index_output(self, seq: int, output: str, taint: frozenset[str]) -> None:
-        """Index the output of event ``seq`` for later flows, when it arrives after the event
-        (a host that reports a call's result once it has run)."""
+    def index_output(self, seq: int, output: str, taint: frozenset[str], *,
+                     source: frozenset[str] | None = None, tool: str | None = None) -> None:
+        """Index the output of event ``seq`` for later flows and provenance, when it arrives
+        after the event (a host that reports a call's result once it has run): ``taint`` is
+        what a value copied from it carries, ``source`` who wrote it (default ``taint``)."""
         if 0 < seq <= self._seq and output:
-            self._index.add(seq, output, taint)
+            self._index.add(seq, output, taint, source=source,
+                            segments=self._segments(output, source or taint, tool))
+
+    def _add(self, events: list[Event], output: str, source: frozenset[str],
+             tool: str | None) -> None:
+        # a value copied from this output carries the events' taint (the propagation of what
+        # the call read) and who wrote it; provenance sees only who wrote it
+        taint = frozenset().union(*(e.taint for e in events)) | source
+        self._index.add(events[-1].seq, output, taint, source=source,
+                        segments=self._segments(output, source, tool))
+
+    def _segments(self, output: str, source: frozenset[str], tool: str | None
+                  ) -> list[tuple[str, frozenset[str]]] | None:
+        declared = self._outputs.get(tool) if tool is not None else None
+        if declared is None or not declared.trusted_fields:
+            return None
+        return field_segments(output, source, declared.trusted_fields)
 
     def preview(self, raw: Mapping[str, Any]) -> list[Event]:
         """The events ``raw`` would produce, numbered from ``next_seq``, without changing state."""
@@ -164,16 +209,24 @@ class Abstractor:
         try:
             status = _status(raw)
             output = _output_text(raw)
-            declared = _taint_names(raw.get("taint")) | _taint_names(raw.get("output_taint"))
+            legacy = _taint_names(raw.get("output_taint"))
+            declared = _taint_names(raw.get("taint")) | legacy
+            source = legacy | _taint_names(raw.get("output_source")) | self._declared(raw)
             drafts = self._drafts(raw)
         except MalformedLineError as exc:
             raise _trace_error(str(exc), line) from exc
         except Exception as exc:
-            status, output, declared = "error", _safe_output(raw), set()
+            status, output, declared, source = "error", _safe_output(raw), set(), set()
             drafts = [Draft("parse_error", {"parse_error": f"internal error: {exc!r}"[:500]})]
-        events = self._finish(drafts, status, output, declared, line)
-        taint = frozenset().union(*(e.taint for e in events)) if events else frozenset()
-        return events, output, taint
+        events = self._finish(drafts, status, output, declared, source=frozenset(source),
+                              line=line)
+        produced = frozenset().union(*(e.source for e in events)) if events else frozenset()
+        return events, output, produced
+
+    def _declared(self, raw: Mapping[str, Any]) -> set[str]:
+        name = _name_of(raw)
+        declared = self._outputs.get(name) if name is not None else None
+        return set(declared.source) if declared is not None else set()
 
     def _drafts(self, raw: Mapping[str, Any]) -> list[Draft]:
         shape = _call_shape(raw)
@@ -190,8 +243,8 @@ class Abstractor:
         return drafts or [Draft("parse_error", {"parse_error": "the call produced no event"})]
 
     def _finish(
-        self, drafts: list[Draft], status: Status, output: str, declared: set[str],
-        line: int | None,
+        self, drafts: list[Draft], status: Status, output: str, declared: set[str], *,
+        source: frozenset[str], line: int | None,
     ) -> list[Event]:
         observation = output[: self.output_bound]
         events: list[Event] = []
@@ -201,9 +254,22 @@ class Abstractor:
             events.append(Event(
                 action=draft.action, args=draft.args, status=status, output=observation,
                 taint=taint, seq=self._seq + 1 + offset, line=line, derived=draft.derived,
-                flows=flows,
+                flows=flows, provenance=self._origins(draft.args) if self._provenance else {},
+                source=source | draft.taint,
             ))
         return events
+
+    def _origins(self, args: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+        """For each argument, the labels of where its values first appeared."""
+        origins: dict[str, frozenset[str]] = {}
+        for name, value in args.items():
+            if name in _NO_FLOW_ARGS:
+                continue
+            labels: set[str] = set()
+            for text in _strings(value):
+                labels |= self._index.provenance(text)
+            origins[name] = frozenset(labels)
+        return origins
 
     def _flows(self, args: Mapping[str, Any]) -> tuple[Flow, ...]:
         flows: dict[tuple[str, int], Flow] = {}
@@ -214,6 +280,16 @@ class Abstractor:
                 for seq, taint in self._index.sources(text):
                     flows.setdefault((name, seq), Flow(name, seq, taint))
         return tuple(flows[k] for k in sorted(flows, key=lambda k: (k[1], k[0])))
+
+
+def _name_of(raw: Mapping[str, Any]) -> str | None:
+    """The tool (or, for a typed event, the action) a raw line names, or None."""
+    try:
+        shape = _call_shape(raw)
+    except MalformedLineError:
+        return None
+    name = shape[0] if shape is not None else raw.get("action")
+    return name if isinstance(name, str) else None
 
 
 def _strings(value: Any, depth: int = 0) -> list[str]:

@@ -1,20 +1,40 @@
-"""Value flow: did an argument's value appear verbatim in an earlier event's output?
+"""Value flow and provenance: did an argument's value appear in an earlier event's content?
 
-Earlier outputs are indexed by word token (an inverted index from token to the outputs that
-contain it), so a lookup touches only the outputs sharing the value's rarest token and then
-confirms with an exact substring test. Short values are matched whole; long values (a message
-body quoting a web page) are matched by windows of consecutive tokens, so a substantial quoted
-passage is found even when the rest of the value is new.
+Earlier content is indexed by segment: an output is one segment, or, for a tool that declares
+which fields of its structured output the system fills in, one segment per field, each with its
+own labels (a transaction's ``recipient`` is the bank's record, its ``subject`` whatever the
+sender typed). Segments are indexed three ways:
+
+* by word token (an inverted index from token to the segments that contain it), so a lookup
+  touches only the segments sharing the value's rarest token and then confirms with an exact
+  substring test. Short values are matched whole; long values (a message body quoting a web page)
+  by windows of consecutive tokens, so a substantial quoted passage is found even when the rest
+  of the value is new;
+* by identifier (e-mail addresses, URLs and host names, IBANs, phone numbers, in their normal
+  form; see ``callgate._identifiers``), so an address inside free text is traced as a value and
+  ``HTTPS://Example.com/`` is ``example.com``;
+* by exact value, for values shorter than ``MIN_VALUE_CHARS`` (a file id ``13``, a user
+  ``Fred``): they count only where a whole segment (a field of a structured output, or a whole
+  output) is that value, never as a fragment of other text.
+
+``sources`` answers "which earlier content contains this value" (value flow, newest first, at
+most ``MAX_SOURCES``); ``provenance`` answers "where did this value first appear": the labels of
+the earliest segment holding it, ``TRUSTED`` for content that carried no taint, ``UNSEEN`` for a
+value that appeared nowhere before.
 
 Bounds: each output is indexed up to ``index_chars`` characters, and the index keeps at most
-``budget_chars`` characters of output in total, dropping the oldest outputs first.
+``budget_chars`` characters of content in total, dropping the oldest first from the text index
+(the identifier and exact-value indexes keep first appearances, bounded by count).
 """
 
 from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from callgate._identifiers import identifiers, normal_identifier
 
 #: Shortest value (in characters) whose appearance in an earlier output counts as a flow.
 MIN_VALUE_CHARS = 6
@@ -28,17 +48,33 @@ MAX_WINDOWS = 64
 MAX_SOURCES = 8
 
 _TOKEN = re.compile(r"\w+")
+#: The provenance of content that carried no taint (a trusted tool's output).
+TRUSTED = "trusted"
+#: The provenance of a value that appeared in no earlier content.
+UNSEEN = "unseen"
+#: First appearances remembered by identifier and by exact value.
+MAX_FIRSTS = 200_000
+#: Longest segment indexed by exact value.
+MAX_EXACT_CHARS = 256
+
+Segment = tuple[str, frozenset[str]]
 
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
     seq: int
     text: str
+    #: what a value copied from here carries (value flow): the event's taint and the labels
     taint: frozenset[str]
+    #: who wrote this content (provenance)
+    labels: frozenset[str] = frozenset()
+    #: the whole of a structured output, kept for passages that span its fields
+    whole: bool = False
 
 
 class FlowIndex:
-    """An index of earlier outputs, answering "which earlier outputs contain this value"."""
+    """An index of earlier content: "which earlier outputs contain this value" (flow) and
+    "where did this value first appear" (provenance)."""
 
     def __init__(self, *, index_chars: int = 262_144, budget_chars: int = 64_000_000) -> None:
         self._index_chars = index_chars
@@ -47,21 +83,108 @@ class FlowIndex:
         self._postings: dict[str, list[int]] = {}
         self._size = 0
         self._next = 0
+        self._firsts: dict[str, tuple[int, frozenset[str]]] = {}
 
-    def add(self, seq: int, text: str, taint: frozenset[str]) -> None:
-        """Index the output of event ``seq`` (with the taint that output carries)."""
-        if len(text) < MIN_VALUE_CHARS:
-            return
-        text = text[: self._index_chars]
+    def add(self, seq: int, text: str, taint: frozenset[str], *,
+            source: frozenset[str] | None = None,
+            segments: Sequence[Segment] | None = None) -> None:
+        """Index the content of event ``seq``. ``taint`` is what a value copied from it carries
+        (value flow); ``source`` the labels of whoever wrote it (provenance; default
+        ``taint``); ``segments``, when given, the content split by field, each piece with the
+        labels of whoever wrote that field."""
+        written = taint if source is None else source
+        pieces = [(text, written)] if segments is None else list(segments)
+        if segments is not None and len(text) >= MIN_VALUE_CHARS:
+            union = frozenset().union(*(labels for _, labels in pieces))
+            self._add_entry(seq, text[: self._index_chars], taint | union, union, whole=True)
+        left = self._index_chars
+        for whole, labels in pieces:
+            if left <= 0:
+                break
+            piece = whole[:left]
+            left -= len(piece)
+            self._remember(seq, piece, labels)
+            if len(piece) >= MIN_VALUE_CHARS:
+                self._add_entry(seq, piece, taint | labels, labels)
+
+    def _add_entry(self, seq: int, text: str, taint: frozenset[str], labels: frozenset[str],
+                   *, whole: bool = False) -> None:
         key = self._next
         self._next += 1
-        self._entries[key] = _Entry(seq, text, taint)
+        self._entries[key] = _Entry(seq, text, taint, labels, whole)
         self._size += len(text)
         for token in set(_TOKEN.findall(text)):
             self._postings.setdefault(token, []).append(key)
         while self._size > self._budget and len(self._entries) > 1:
             _, old = self._entries.popitem(last=False)
             self._size -= len(old.text)
+
+    def _remember(self, seq: int, text: str, labels: frozenset[str]) -> None:
+        """First appearances of the identifiers in ``text`` and of ``text`` as an exact value."""
+        keys = [f"id:{ident}" for ident in identifiers(text)]
+        stripped = text.strip()
+        if stripped and len(stripped) <= MAX_EXACT_CHARS:
+            keys.append(f"eq:{stripped}")
+        for key in keys:
+            first = self._firsts.get(key)
+            if first is None:
+                if len(self._firsts) < MAX_FIRSTS:
+                    self._firsts[key] = (seq, labels)
+            elif seq < first[0]:  # an earlier event's output, reported late
+                self._firsts[key] = (seq, labels)
+            elif first[0] == seq and not labels <= first[1]:
+                self._firsts[key] = (seq, first[1] | labels)  # two fields of one output
+
+    def provenance(self, value: str) -> frozenset[str]:
+        """The labels of the earliest content ``value`` appeared in: for each identifier in it,
+        where that identifier first appeared; for the rest, where the value (or, for a long
+        value, each quoted passage of it) first appeared. ``UNSEEN`` for what appeared nowhere;
+        ``TRUSTED`` stands for content that carried no taint."""
+        labels: set[str] = set()
+        for ident in identifiers(value):
+            labels |= _labels(self._firsts.get(f"id:{ident}"))
+        stripped = value.strip()
+        if not stripped or normal_identifier(stripped) is not None:
+            return frozenset(labels)
+        if len(stripped) < MIN_VALUE_CHARS:
+            labels |= _labels(self._firsts.get(f"eq:{stripped}"))
+        else:
+            pieces = [(stripped, _TOKEN.findall(stripped))] \
+                if len(stripped) <= WHOLE_VALUE_CHARS else _windows(stripped)
+            labels |= _labels(self._first_of(pieces))
+        return frozenset(labels)
+
+    def _first_of(self, pieces: list[tuple[str, list[str]]]
+                  ) -> tuple[int, frozenset[str]] | None:
+        """The earliest appearance of any of ``pieces``: in one segment where there is one,
+        else across the fields of a structured output."""
+        for whole in (False, True):
+            hits = [f for piece, tokens in pieces
+                    if (f := self._earliest(piece, tokens, whole)) is not None]
+            if hits:
+                return min(hits, key=lambda f: f[0])
+        return None
+
+    def _earliest(self, piece: str, tokens: list[str], whole: bool
+                  ) -> tuple[int, frozenset[str]] | None:
+        """The earliest segment (or whole structured output) containing ``piece``, with the
+        union of labels of that event's segments that do; or None."""
+        if tokens:
+            lists = [self._postings.get(t, []) for t in set(tokens)]
+            candidates = min(lists, key=len)
+        else:
+            candidates = list(self._entries)
+        first: tuple[int, frozenset[str]] | None = None
+        for key in candidates:  # a late report may index an earlier event after a later one
+            entry = self._entries.get(key)
+            if entry is None or entry.whole != whole or (
+                    first is not None and entry.seq > first[0]) or piece not in entry.text:
+                continue
+            if first is None or entry.seq < first[0]:
+                first = (entry.seq, entry.labels)
+            else:
+                first = (first[0], first[1] | entry.labels)
+        return first
 
     def sources(self, value: str) -> list[tuple[int, frozenset[str]]]:
         """Earlier events (seq, taint) whose output contains ``value`` or a long passage of it."""
@@ -71,18 +194,7 @@ class FlowIndex:
         if len(value) <= WHOLE_VALUE_CHARS:
             return self._containing(value, _TOKEN.findall(value))
         found: dict[int, frozenset[str]] = {}
-        spans = [m.span() for m in _TOKEN.finditer(value)]
-        step = max(1, WINDOW_TOKENS // 2)
-        tried = 0
-        for start in range(0, max(1, len(spans) - WINDOW_TOKENS + 1), step):
-            window = spans[start : start + WINDOW_TOKENS]
-            if not window or tried >= MAX_WINDOWS:
-                break
-            piece = value[window[0][0] : window[-1][1]]
-            if len(piece) < MIN_WINDOW_CHARS:
-                continue
-            tried += 1
-            tokens = [value[a:b] for a, b in window]
+        for piece, tokens in _windows(value):
             for seq, taint in self._containing(piece, tokens):
                 found.setdefault(seq, taint)
             if len(found) >= MAX_SOURCES:
@@ -95,11 +207,34 @@ class FlowIndex:
             candidates = min(lists, key=len)
         else:
             candidates = list(self._entries)
-        out: list[tuple[int, frozenset[str]]] = []
+        out: dict[int, frozenset[str]] = {}
         for key in reversed(candidates):
             entry = self._entries.get(key)
             if entry is not None and piece in entry.text:
-                out.append((entry.seq, entry.taint))
+                # one source per event: a field and its whole structured output are one
+                out[entry.seq] = out.get(entry.seq, frozenset()) | entry.taint
                 if len(out) >= MAX_SOURCES:
                     break
-        return sorted(out)
+        return sorted(out.items())
+
+
+def _windows(value: str) -> list[tuple[str, list[str]]]:
+    """Passages of a long value to look for: windows of consecutive tokens (at most
+    ``MAX_WINDOWS``, each spanning at least ``MIN_WINDOW_CHARS``), with their tokens."""
+    spans = [m.span() for m in _TOKEN.finditer(value)]
+    step = max(1, WINDOW_TOKENS // 2)
+    out: list[tuple[str, list[str]]] = []
+    for start in range(0, max(1, len(spans) - WINDOW_TOKENS + 1), step):
+        window = spans[start : start + WINDOW_TOKENS]
+        if not window or len(out) >= MAX_WINDOWS:
+            break
+        piece = value[window[0][0] : window[-1][1]]
+        if len(piece) >= MIN_WINDOW_CHARS:
+            out.append((piece, [value[a:b] for a, b in window]))
+    return out
+
+
+def _labels(first: tuple[int, frozenset[str]] | None) -> frozenset[str]:
+    if first is None:
+        return frozenset({UNSEEN})
+    return first[1] or frozenset({TRUSTED})

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["FORMAT", "restore", "snapshot"]
 
 #: Version of the snapshot layout; a snapshot of another version is refused.
-FORMAT = 1
+FORMAT = 2
 #: Guard attributes of these types are per-run flags and counters, kept in a snapshot.
 _SCALARS = (bool, int, float, str, type(None))
 

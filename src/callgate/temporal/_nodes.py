@@ -53,12 +53,14 @@ class ArgIn:
 
 @dataclass(frozen=True, slots=True)
 class TextMatch:
-    """``ARG ~ "p"`` / ``output ~ "p"`` (``arg`` None means the output); ``!~`` negates."""
+    """``ARG ~ "p"`` / ``output ~ "p"`` (``arg`` None means the output); ``!~`` negates;
+    ``~*`` / ``!~*`` match ignoring case."""
 
     arg: str | None
     pattern: str
     negated: bool
     pos: Pos
+    casefold: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,29 @@ class TaintHas:
 
 
 @dataclass(frozen=True, slots=True)
+class FromSource:
+    """``ARG from S`` / ``ARG from {S, …}``: a value of ARG first appeared in content whose
+    labels include one of the sources; ``output from …``: the event's own output is from one
+    of them (``arg`` None); ``not from`` negates."""
+
+    arg: str | None
+    sources: frozenset[str]
+    negated: bool
+    pos: Pos
+
+
+@dataclass(frozen=True, slots=True)
+class Each:
+    """``any ARG …`` / ``all ARG …``: a condition on the elements of a list argument (a value
+    that is not a list is one element): some element satisfies it, or every one does (and
+    there is at least one)."""
+
+    quantifier: Literal["any", "all"]
+    atom: ArgIn | TextMatch | Compare
+    pos: Pos
+
+
+@dataclass(frozen=True, slots=True)
 class VarEq:
     """``ARG = $x``: binds ``x`` in a statement's first pattern, requires it in the others."""
 
@@ -97,7 +122,8 @@ class VarContains:
     pos: Pos
 
 
-Atom = ActionIn | StatusIs | ArgIn | TextMatch | Compare | TaintHas | VarEq | VarContains
+Atom = (ActionIn | StatusIs | ArgIn | TextMatch | Compare | TaintHas | FromSource | Each
+        | VarEq | VarContains)
 
 
 @dataclass(frozen=True, slots=True)

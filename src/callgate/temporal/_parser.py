@@ -10,9 +10,13 @@ Grammar (``ψ`` a pattern, ``Θ`` a temporal body)::
                | "(" Θ ")" | atom
     atom      := action (= | !=) NAME | action [not] in {NAME, …}
                | status (= | !=) (ok | error | denied)
-               | output (~ | !~) "p" | output contains $x | taint has (NAME | {NAME, …})
-               | ARG (= | !=) LIT | ARG = $x | ARG [not] in {LIT, …} | ARG (~ | !~) "p"
+               | output (~ | !~ | ~* | !~*) "p" | output contains $x
+               | output [not] from (NAME | {NAME, …}) | taint has (NAME | {NAME, …})
+               | ARG (= | !=) LIT | ARG = $x | ARG [not] in {LIT, …} | ARG (~ | !~ | ~* | !~*) "p"
                | ARG (> | >= | < | <=) NUMBER | ARG contains $x
+               | ARG [not] from (NAME | {NAME, …})
+               | (any | all) ARG ((= | !=) LIT | [not] in {LIT, …} | (~ | !~ | ~* | !~*) "p"
+                                  | (> | >= | < | <=) NUMBER)
 
 Parsing stops at the first syntax error; scope rules are checked afterwards (``scope``).
 """
@@ -31,6 +35,8 @@ _FORMS = {"abs": 1, "prec": 2, "resp": 2, "bresp": 2, "rslv": 2, "until": 3, "al
 _RESERVED = frozenset({"and", "or", "not", "in"})
 _STATUSES = ("ok", "error", "denied")
 _COMPARE = frozenset({">", ">=", "<", "<="})
+_MATCH = frozenset({"~", "!~", "~*", "!~*"})
+_QUANTIFIERS = frozenset({"any", "all"})
 _T = TypeVar("_T")
 #: Deepest nesting of parentheses, ``not``, ``once`` and ``eventually`` a rule may use; the
 #: parser and both engines recurse over the tree, so the depth is bounded up front.
@@ -258,12 +264,25 @@ class _Parser:
         return n.StatusIs(value.text, op.text == "!=", pos)
 
     def _output(self, pos: n.Pos) -> n.Atom:
+        origin = self._from(None, pos)
+        if origin is not None:
+            return origin
         op = self._next()
-        if op.text in ("~", "!~"):
-            return n.TextMatch(None, self._string(), op.text == "!~", pos)
+        if op.text in _MATCH:
+            return n.TextMatch(None, self._string(), op.text.startswith("!"), pos,
+                               op.text.endswith("*"))
         if op.text == "contains":
             return n.VarContains(None, self._var(), pos)
-        self._fail("'~', '!~' or 'contains' after output", op)
+        self._fail("'~', '!~', '~*', '!~*', 'from' or 'contains' after output", op)
+
+    def _from(self, arg: str | None, pos: n.Pos) -> n.FromSource | None:
+        """``from S`` / ``not from {S, …}`` after ARG or output, or None (nothing consumed)."""
+        negated = self._at("not") and self._peek(1).text == "from"
+        if not (negated or self._at("from")):
+            return None
+        self._i += 2 if negated else 1
+        names = self._set(self._name) if self._at("{") else [self._name()]
+        return n.FromSource(arg, frozenset(names), negated, pos)
 
     def _taint(self, pos: n.Pos) -> n.Atom:
         if not self._at("has"):
@@ -274,6 +293,12 @@ class _Parser:
         return n.TaintHas(frozenset({self._name()}), pos)
 
     def _argument(self, arg: str, pos: n.Pos) -> n.Atom:
+        if arg in _QUANTIFIERS and self._peek().kind == "ident" \
+                and self._peek().text not in _RESERVED:
+            return self._each(arg, pos)
+        origin = self._from(arg, pos)
+        if origin is not None:
+            return origin
         negated_in = self._negated_in()
         if negated_in is not None:
             return n.ArgIn(arg, tuple(self._set(self._literal)), negated_in, pos)
@@ -282,16 +307,29 @@ class _Parser:
             return n.VarEq(arg, self._var(), pos)
         if op.text in ("=", "!="):
             return n.ArgIn(arg, (self._literal(),), op.text == "!=", pos)
-        if op.text in ("~", "!~"):
-            return n.TextMatch(arg, self._string(), op.text == "!~", pos)
+        if op.text in _MATCH:
+            return n.TextMatch(arg, self._string(), op.text.startswith("!"), pos,
+                               op.text.endswith("*"))
         if op.text in _COMPARE and op.kind == "punct":
             value = self._number()
             return n.Compare(arg, op.text, value, pos)  # type: ignore[arg-type]  # op.text is in _COMPARE
         if op.text == "contains":
             return n.VarContains(arg, self._var(), pos)
         self._fail(
-            f"an operator after {arg} (=, !=, in, not in, ~, !~, >, >=, <, <=, contains)", op
+            f"an operator after {arg} (=, !=, in, not in, ~, !~, ~*, !~*, >, >=, <, <=, "
+            f"from, not from, contains)", op
         )
+
+    def _each(self, quantifier: str, pos: n.Pos) -> n.Atom:
+        """``any ARG …`` / ``all ARG …``: the condition after ARG, on each element."""
+        subject = self._next()
+        if subject.text in ("action", "status", "output", "taint"):
+            self._fail(f"an argument name after {quantifier}", subject)
+        inner = self._argument(subject.text, self._pos(subject))
+        if not isinstance(inner, n.ArgIn | n.TextMatch | n.Compare):
+            self._fail(f"=, !=, in, not in, ~, !~, ~*, !~* or a comparison after "
+                       f"{quantifier} {subject.text}", subject)
+        return n.Each(quantifier, inner, pos)  # type: ignore[arg-type]  # one of _QUANTIFIERS
 
     # -- leaves -------------------------------------------------------------------------
     def _set(self, read: Callable[[], _T]) -> list[_T]:

@@ -12,6 +12,11 @@ Conventions (the language's meaning on concrete values):
 * The output is observed only up to ``OBSERVATION_LIMIT`` characters.
 * Variables compare by value: strings with strings, numbers with numbers (``1 == 1.0``); the
   string ``"6"`` is not the number ``6`` for a variable.
+* Identifiers compare in their normal form (``callgate._identifiers``): an e-mail address or
+  host name in any case, a URL with or without its scheme and trailing ``/``, are one value to
+  ``=``, ``in``, variables and ``contains``.
+* ``~*`` matches ignoring case; ``any ARG …`` / ``all ARG …`` apply a condition to the elements
+  of a list argument; ``ARG from S`` reads the event's provenance of ARG.
 
 The matcher for ``*`` / ``?`` places each literal segment leftmost in order, so it runs in time
 linear in the text times the pattern length; it never backtracks exponentially.
@@ -25,6 +30,7 @@ import re
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from callgate._identifiers import identifiers, normal_identifier
 from callgate._model import Event
 from callgate.temporal import _nodes as n
 
@@ -54,9 +60,26 @@ def text_of(value: object) -> str:
         return str(value)
 
 
+def _maybe_identifier(text: str) -> bool:
+    """Cheap test: could ``text`` have a normal form other than itself?"""
+    return "." in text and len(text) <= 2048 and not text.startswith("/") and " " not in text
+
+
+def normal_text(text: str) -> str:
+    """``text``, or its identifier's normal form when the whole of it is one."""
+    if _maybe_identifier(text):
+        normal = normal_identifier(text)
+        if normal is not None:
+            return normal
+    return text
+
+
 def value_key(value: object) -> Hashable:
-    """A hashable key with equality by value (``1`` and ``1.0`` equal, ``"1"`` and ``1`` not)."""
-    if isinstance(value, str) or value is None:
+    """A hashable key with equality by value (``1`` and ``1.0`` equal, ``"1"`` and ``1`` not;
+    two spellings of one identifier equal)."""
+    if isinstance(value, str):
+        return normal_text(value)
+    if value is None:
         return value
     if isinstance(value, bool):
         return ("bool", value)
@@ -79,19 +102,32 @@ def as_number(value: object) -> int | float | None:
 def literal_matches(literal: n.Literal_, value: object) -> bool:
     """Whether an argument value matches a literal of the language."""
     if isinstance(literal, str):
-        return isinstance(value, str) and value == literal
+        return isinstance(value, str) and (value == literal
+                                           or normal_text(value) == normal_text(literal))
     number = as_number(value)
     return number is not None and number == literal
 
 
+def contained(needle: object, haystack: str) -> bool:
+    """Whether the text of ``needle`` occurs in ``haystack`` (an identifier also in another
+    spelling: ``Mark@X.com`` occurs in "write to mark@x.com")."""
+    text = text_of(needle)
+    if text in haystack:
+        return True
+    normal = normal_identifier(text) if isinstance(needle, str) else None
+    return normal is not None and normal in identifiers(haystack)
+
+
 class Glob:
-    """A text pattern: ``*`` any run of characters, ``?`` one character, the rest literal."""
+    """A text pattern: ``*`` any run of characters, ``?`` one character, the rest literal;
+    with ``casefold`` the text and the pattern are compared ignoring case."""
 
-    __slots__ = ("_middle", "_parts", "_prefix", "_suffix", "pattern")
+    __slots__ = ("_casefold", "_middle", "_parts", "_prefix", "_suffix", "pattern")
 
-    def __init__(self, pattern: str) -> None:
+    def __init__(self, pattern: str, *, casefold: bool = False) -> None:
         self.pattern = pattern
-        parts = pattern.split("*")
+        self._casefold = casefold
+        parts = (pattern.casefold() if casefold else pattern).split("*")
         self._parts = parts
         self._prefix = _Segment(parts[0])
         self._suffix = _Segment(parts[-1]) if len(parts) > 1 else self._prefix
@@ -99,6 +135,8 @@ class Glob:
 
     def matches(self, text: str) -> bool:
         """Whether the whole of ``text`` matches."""
+        if self._casefold:
+            text = text.casefold()
         if len(self._parts) == 1:
             return len(text) == len(self._prefix.text) and self._prefix.at(text, 0)
         start, end = len(self._prefix.text), len(text) - len(self._suffix.text)
@@ -157,7 +195,53 @@ def atom_test(atom: n.Atom) -> Test:
         return _text_match(atom)
     if isinstance(atom, n.Compare):
         return _compare(atom)
+    if isinstance(atom, n.FromSource):
+        return _from_source(atom)
+    if isinstance(atom, n.Each):
+        return _each(atom)
     raise TypeError(f"{type(atom).__name__} involves a variable")
+
+
+def _from_source(atom: n.FromSource) -> Test:
+    arg, sources, negated = atom.arg, atom.sources, atom.negated
+    if arg is None:
+        return lambda ev: (not sources.isdisjoint(ev.source)) != negated
+
+    def test(ev: Event) -> bool:
+        if arg not in ev.args:
+            return False
+        labels = ev.provenance.get(arg, frozenset())
+        return (not sources.isdisjoint(labels)) != negated
+
+    return test
+
+
+def _each(atom: n.Each) -> Test:
+    inner = atom.atom
+    arg = inner.arg
+    if arg is None:  # the parser gives an argument; a body made elsewhere may not
+        raise TypeError("any/all need an argument")
+    one = atom_test(inner)
+    every = atom.quantifier == "all"
+
+    def test(ev: Event) -> bool:
+        value = ev.args.get(arg, _MISSING)
+        if value is _MISSING:
+            return False
+        items = value if isinstance(value, list | tuple) else [value]
+        if not items:
+            return False
+        results = (one(_Element(arg, item)) for item in items)
+        return all(results) if every else any(results)
+
+    return test
+
+
+class _Element(Event):
+    """An event that carries one element of a list as its argument (for ``any``/``all``)."""
+
+    def __init__(self, arg: str, item: object) -> None:
+        super().__init__(action="", args={arg: item})
 
 
 def _arg_in(atom: n.ArgIn) -> Test:
@@ -173,7 +257,7 @@ def _arg_in(atom: n.ArgIn) -> Test:
 
 
 def _text_match(atom: n.TextMatch) -> Test:
-    glob, arg, negated = Glob(atom.pattern), atom.arg, atom.negated
+    glob, arg, negated = Glob(atom.pattern, casefold=atom.casefold), atom.arg, atom.negated
     if arg is None:
         return lambda ev: glob.matches(observe(ev.output)) != negated
 
@@ -307,7 +391,7 @@ class CompiledPattern:
     def contained_in(self, haystacks: tuple[str, ...], env: tuple[Any, ...]) -> bool:
         """Whether each ``contains`` needle of ``env`` occurs in the matching haystack."""
         return all(
-            text_of(env[index]) in hay
+            contained(env[index], hay)
             for (index, _), hay in zip(self._contains, haystacks, strict=True)
         )
 

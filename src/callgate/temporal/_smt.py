@@ -25,7 +25,13 @@ import z3
 from callgate._model import Event
 from callgate.temporal import _nodes as n
 from callgate.temporal._monitor import CompiledStatement, Violation
-from callgate.temporal._patterns import CompiledPattern, observe, text_of, value_key
+from callgate.temporal._patterns import (
+    CompiledPattern,
+    contained,
+    observe,
+    text_of,
+    value_key,
+)
 
 Expr = Any  # a Python bool (a ground outcome) or a z3 BoolRef
 Env = tuple[list[Any], list[Any]]  # (z3 constants, raw values) per variable
@@ -203,7 +209,7 @@ class _Grounder:
             else:
                 out.append(False)
                 continue
-            out.append(text_of(raw[index]) in haystack)
+            out.append(contained(raw[index], haystack))
         return out
 
     def same_binding(self, j: int, env: Env) -> Expr:

@@ -1,0 +1,94 @@
+"""Identifiers inside text: e-mail addresses, URLs and host names, IBANs and phone numbers.
+
+One definition serves the trace abstraction (a value's provenance is traced identifier by
+identifier, so an address quoted inside a message body is found where it first appeared) and the
+language (two spellings of one identifier compare equal). Each identifier has one normal form:
+
+* an e-mail address in lower case;
+* a URL or host name without its scheme, ``www.`` kept, host in lower case, path as written
+  without a trailing ``/`` (``HTTPS://Example.com/a/`` → ``example.com/a``);
+* an IBAN in upper case without spaces;
+* a phone number as its digits (a leading ``+`` kept), at least eight of them; a phone number
+  is written ``+…``, with its area code in parentheses, or as three-three-four digits, so
+  dates and times are never taken for one.
+
+Extraction is bounded: at most ``MAX_IDENTIFIERS`` per text, and only the first ``MAX_SCAN``
+characters are scanned.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["MAX_IDENTIFIERS", "identifiers", "normal_identifier"]
+
+#: Identifiers taken from one text; the rest are not traced.
+MAX_IDENTIFIERS = 64
+#: Characters of a text scanned for identifiers.
+MAX_SCAN = 262_144
+
+_EMAIL = r"[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
+_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})\.)+[A-Za-z]{2,24}"
+_URL = rf"(?:[A-Za-z][A-Za-z0-9+.-]*://)?{_HOST}(?::[0-9]{{1,5}})?(?:/[^\s'\"<>()\[\]{{}}]*)?"
+_IBAN = r"[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}"
+# international (+…), area code in parentheses, or three-three-four digits: not a date or time
+_PHONE = (r"(?:\+[0-9][0-9 ().-]{6,18}[0-9]|\([0-9]{2,4}\)[0-9 .-]{6,14}[0-9]"
+          r"|[0-9]{3}[-. ][0-9]{3}[-. ][0-9]{4})")
+_FIND = re.compile(
+    rf"(?P<email>(?<![\w.%+-]){_EMAIL})|(?P<iban>\b{_IBAN}\b)|(?P<url>(?<![\w@.-]){_URL})"
+    rf"|(?P<phone>(?<![\w+]){_PHONE}(?!\w))")
+_WHOLE = {
+    "email": re.compile(_EMAIL),
+    "url": re.compile(_URL),
+    "iban": re.compile(_IBAN),
+    "phone": re.compile(_PHONE),
+}
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+#: File-name endings that look like top-level domains but name files.
+_FILE_ENDINGS = frozenset({"txt", "md", "pdf", "doc", "docx", "csv", "json", "yaml", "yml",
+                           "py", "js", "ts", "sh", "xls", "xlsx", "ppt", "pptx", "png", "jpg",
+                           "jpeg", "gif", "zip", "gz", "tar", "log", "html", "htm", "xml"})
+
+
+def _normal(kind: str, text: str) -> str | None:
+    if kind == "email":
+        return text.lower()
+    if kind == "iban":
+        return text.replace(" ", "").upper()
+    if kind == "phone":
+        digits = re.sub(r"[^0-9]", "", text)
+        if len(digits) < 8:
+            return None
+        return ("+" if text.startswith("+") else "") + digits
+    rest = _SCHEME.sub("", text).rstrip(".,;:!?")
+    host, slash, path = rest.partition("/")
+    if host.rsplit(".", 1)[-1].lower() in _FILE_ENDINGS and not _SCHEME.match(text):
+        return None  # report.pdf is a file name, not a host
+    path = path.rstrip("/")
+    return host.lower() + (slash + path if path else "")
+
+
+def identifiers(text: str) -> list[str]:
+    """The identifiers in ``text`` in their normal forms, in order, without repeats."""
+    found: dict[str, None] = {}
+    for match in _FIND.finditer(text, 0, min(len(text), MAX_SCAN)):
+        kind = match.lastgroup
+        assert kind is not None
+        normal = _normal(kind, match.group())
+        if normal:
+            found.setdefault(normal, None)
+            if len(found) >= MAX_IDENTIFIERS:
+                break
+    return list(found)
+
+
+def normal_identifier(text: str) -> str | None:
+    """The normal form of ``text`` when the whole of it (spaces around aside) is one
+    identifier, else None."""
+    stripped = text.strip()
+    if not stripped or len(stripped) > 2048:
+        return None
+    for kind, pattern in _WHOLE.items():
+        if pattern.fullmatch(stripped):
+            return _normal(kind, stripped)
+    return None
