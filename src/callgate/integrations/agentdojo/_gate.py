@@ -102,7 +102,8 @@ def _first(messages: Sequence[ChatMessage], role: str) -> str | None:
 
 def _tool_message(call: FunctionCall, output: str, error: str | None) -> ChatToolResultMessage:
     return ChatToolResultMessage(role="tool", content=[text_content_block_from_string(output)],
-                                 tool_call_id=call.id, tool_call=call, error=error)
+                                 tool_call_id=getattr(call, "id", None), tool_call=call,
+                                 error=error)
 
 
 def _lists_as_lists(call: FunctionCall) -> None:
@@ -129,6 +130,7 @@ class KernelGate(BasePipelineElement):  # type: ignore[misc]  # AgentDojo's base
         self._kernels = kernels
         self._formatter = formatter
         self._kernel: Kernel | None = None
+        self._open = False  # a run has begun and not finished
         self._broken: str | None = None
         self._names: dict[int, str] = {}
         self.calls: list[GatedCall] = []
@@ -144,9 +146,10 @@ class KernelGate(BasePipelineElement):  # type: ignore[misc]  # AgentDojo's base
     def begin(self, messages: Sequence[ChatMessage]) -> None:
         """Start a task run: a kernel from the factory, with the system and user prompts of
         ``messages`` recorded. A run still open (a pipeline that broke off) is ended first."""
-        if self._kernel is not None:
+        if self._open:
             self._end()
         self._broken, self._names, self.calls, self.violations = None, {}, [], []
+        self._open = True
         try:
             self._kernel = self._kernels()
         except Exception as exc:  # no kernel: every call of this run is refused
@@ -161,15 +164,17 @@ class KernelGate(BasePipelineElement):  # type: ignore[misc]  # AgentDojo's base
     def finish(self, messages: Sequence[ChatMessage]) -> list[Violation]:
         """End the run: record the model's final text answer (when the last message is one),
         end the kernel's run and close it. Returns the violations ``end_run`` reported."""
-        if self._kernel is None and self._broken is None:
+        if not self._open:
             self.begin(messages)  # a run without tool calls still records its prompts
         last = messages[-1] if messages else None
-        if last is not None and last.get("role") == "assistant" and not last.get("tool_calls"):
+        answered = last is not None and last.get("role") == "assistant" and \
+            not last.get("tool_calls")
+        if answered and self._kernel is not None:
             self._note("answer", {"text": _text(last), "final": True})
         return self._end()
 
     def _end(self) -> list[Violation]:
-        kernel, self._kernel = self._kernel, None
+        kernel, self._kernel, self._open = self._kernel, None, False
         if kernel is not None:
             self.violations = kernel.end_run()
             kernel.close()
@@ -200,7 +205,7 @@ class KernelGate(BasePipelineElement):  # type: ignore[misc]  # AgentDojo's base
         if last is None or last.get("role") != "assistant" or not last.get("tool_calls"):
             return query, runtime, env, messages, extra
         first_turn = not any(m.get("role") == "tool" for m in messages)
-        if first_turn or (self._kernel is None and self._broken is None):
+        if first_turn or not self._open:
             self.begin(messages)  # the first tool turn of a run
         results = [self._handle(call, runtime, env) for call in last["tool_calls"]]
         return query, runtime, env, [*messages, *results], extra
@@ -212,18 +217,17 @@ class KernelGate(BasePipelineElement):  # type: ignore[misc]  # AgentDojo's base
             decision = self._decide(call)
         except Exception as exc:
             decision = self._internal_error(call, exc)
-        if decision is None:
-            return _tool_message(call, "", f"callgate could not start this run "
-                                 f"({self._broken}); the call was not run.")
         if not decision.allowed:
             self.calls.append(GatedCall(_name(call), _arguments(call), decision, None))
             return _tool_message(call, "", self.explain(decision, _name(call)))
         return self._run(call, decision, runtime, env)
 
-    def _decide(self, call: FunctionCall) -> Decision | None:
+    def _decide(self, call: FunctionCall) -> Decision:
         kernel = self._kernel
-        if kernel is None:
-            return None
+        if kernel is None:  # the factory failed: nothing can decide, so nothing runs
+            return Decision(verdict="deny", reasons=(Reason(
+                id="internal.error", check=_CHECK,
+                message=f"callgate could not start this run: {self._broken}"),))
         _lists_as_lists(call)
         request = call_of(call)
         nested = sorted(k for k, v in call.args.items() if isinstance(v, FunctionCall))
