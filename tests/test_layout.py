@@ -33,8 +33,10 @@ LAYERS: dict[str, set[str]] = {
     "testing": {"base", "kernel", "policy", "temporal", "audit"},
     "executors": {"base", "abstraction", "matchers", "policy", "sandbox"},
     "integrations": {"base", "kernel", "policy", "audit", "temporal", "abstraction"},
+    # measuring detection on recorded runs: the abstraction and the language, no kernel
+    "evaluation": {"base", "abstraction", "temporal", "policy"},
     "cli": {"base", "abstraction", "matchers", "temporal", "policy", "audit", "guards",
-            "sandbox", "manifest", "kernel", "executors", "integrations"},
+            "sandbox", "manifest", "kernel", "executors", "integrations", "evaluation"},
     "facade": {"base", "kernel", "policy"},  # callgate/__init__.py
     # the program's entry: the Claude Code hook's fast path, else the command line
     "entry": {"integrations", "cli"},

@@ -44,6 +44,7 @@ _WHOLE = {
     "phone": re.compile(_PHONE),
 }
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_SENTENCE_WORD = re.compile(r"[A-Z][a-z]+")
 #: File-name endings that look like top-level domains but name files.
 _FILE_ENDINGS = frozenset({"txt", "md", "pdf", "doc", "docx", "csv", "json", "yaml", "yml",
                            "py", "js", "ts", "sh", "xls", "xlsx", "ppt", "pptx", "png", "jpg",
@@ -74,12 +75,24 @@ def identifiers(text: str) -> list[str]:
     for match in _FIND.finditer(text, 0, min(len(text), MAX_SCAN)):
         kind = match.lastgroup
         assert kind is not None
-        normal = _normal(kind, match.group())
-        if normal:
-            found.setdefault(normal, None)
-            if len(found) >= MAX_IDENTIFIERS:
-                break
+        for spelling in _spellings(kind, match.group()):
+            normal = _normal(kind, spelling)
+            if normal:
+                found.setdefault(normal, None)
+        if len(found) >= MAX_IDENTIFIERS:
+            break
     return list(found)
+
+
+def _spellings(kind: str, text: str) -> list[str]:
+    """The match, and for a host whose last label is a capitalised word ("www.x.com.They",
+    a sentence run on without a space), the host without that word too."""
+    if kind != "url" or "/" in text:
+        return [text]
+    labels = text.split(".")
+    if len(labels) >= 3 and _SENTENCE_WORD.fullmatch(labels[-1]):
+        return [text, ".".join(labels[:-1])]
+    return [text]
 
 
 def normal_identifier(text: str) -> str | None:

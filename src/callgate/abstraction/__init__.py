@@ -8,8 +8,13 @@ earlier outputs it appeared in. See ``docs/abstraction.md``.
 
 from __future__ import annotations
 
-from callgate.abstraction._abstractor import Abstractor
-from callgate.abstraction._agentdojo import TOOL_SOURCES, abstract_agentdojo_run, tool_source
+from callgate.abstraction._abstractor import Abstractor, DeclaredOutput
+from callgate.abstraction._agentdojo import (
+    AgentDojoStep,
+    abstract_agentdojo_run,
+    agentdojo_steps,
+    message_text,
+)
 from callgate.abstraction._catalog import Catalog, default_catalog, ground, ground_words
 from callgate.abstraction._drafts import CLAUDE_CODE_TOOLS, ScriptContext, script_source_drafts
 from callgate.abstraction._shell import Redirect, ShellCommand
@@ -32,21 +37,23 @@ def abstract_shell(command: str) -> list[ShellCommand]:
 
 __all__ = [
     "CLAUDE_CODE_TOOLS",
-    "TOOL_SOURCES",
     "Abstractor",
+    "AgentDojoStep",
     "Catalog",
+    "DeclaredOutput",
     "Redirect",
     "ScriptContext",
     "ShellCommand",
     "abstract_agentdojo_run",
     "abstract_shell",
+    "agentdojo_steps",
     "default_catalog",
     "format_signature",
     "ground",
     "ground_words",
     "load_raw_trace",
+    "message_text",
     "script_source_drafts",
     "signature",
     "signature_option",
-    "tool_source",
 ]

@@ -16,6 +16,7 @@ fills in.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,11 +25,13 @@ from callgate._errors import Problem, TraceError
 from callgate._jsonlimits import loads_bounded
 from callgate._model import Event, Flow, Status
 from callgate.abstraction._drafts import Draft, ScriptContext, tool_drafts
-from callgate.abstraction._flow import FlowIndex
+from callgate.abstraction._flow import DIRECTING, USER_DIRECTED, FlowIndex
 from callgate.abstraction._structured import field_segments
 
 #: Characters of an output kept as an event's observation (what ``output`` patterns see).
 OBSERVATION_CHARS = 65_536
+#: Events remembered as directed by the user, for outputs reported after them.
+_MAX_DIRECTED = 4096
 
 _STATUSES: frozenset[str] = frozenset({"ok", "error", "denied"})
 #: Arguments that restate other arguments; value flow is not searched in them.
@@ -143,6 +146,8 @@ class Abstractor:
         self._seq = 0
         self._outputs = dict(outputs or {})
         self._provenance = provenance
+        # the recent events the user directed (their outputs are ``user-directed``)
+        self._directed: OrderedDict[int, None] = OrderedDict()
 
     @property
     def next_seq(self) -> int:
@@ -156,6 +161,8 @@ class Abstractor:
         ``parse_error`` event, so a call is never dropped.
         """
         events, output, source = self._events(raw, line)
+        for event in events:
+            self._note_directed(event)
         self._seq += len(events)
         if events:
             self._add(events, output, source, _name_of(raw))
@@ -168,6 +175,8 @@ class Abstractor:
         """
         if events and events[0].seq != self._seq + 1:
             raise ValueError("events do not follow the abstracted prefix")
+        for event in events:
+            self._note_directed(event)
         self._seq += len(events)
         if events:
             source = frozenset().union(*(e.source for e in events))
@@ -179,16 +188,28 @@ class Abstractor:
         after the event (a host that reports a call's result once it has run): ``taint`` is
         what a value copied from it carries, ``source`` who wrote it (default ``taint``)."""
         if 0 < seq <= self._seq and output:
-            self._index.add(seq, output, taint, source=source,
-                            segments=self._segments(output, source or taint, tool))
+            written = taint if source is None else source
+            if seq in self._directed:
+                written = written | {USER_DIRECTED}
+            self._index.add(seq, output, taint, source=written,
+                            segments=self._segments(output, written, tool))
 
     def _add(self, events: list[Event], output: str, source: frozenset[str],
              tool: str | None) -> None:
         # a value copied from this output carries the events' taint (the propagation of what
         # the call read) and who wrote it; provenance sees only who wrote it
+        if any(e.seq in self._directed for e in events):
+            source = source | {USER_DIRECTED}
         taint = frozenset().union(*(e.taint for e in events)) | source
         self._index.add(events[-1].seq, output, taint, source=source,
                         segments=self._segments(output, source, tool))
+
+    def _note_directed(self, event: Event) -> None:
+        traced = [labels for labels in event.provenance.values() if labels]
+        if traced and all(labels <= DIRECTING for labels in traced):
+            self._directed[event.seq] = None
+            while len(self._directed) > _MAX_DIRECTED:
+                self._directed.popitem(last=False)
 
     def _segments(self, output: str, source: frozenset[str], tool: str | None
                   ) -> list[tuple[str, frozenset[str]]] | None:
@@ -260,15 +281,21 @@ class Abstractor:
         return events
 
     def _origins(self, args: Mapping[str, Any]) -> dict[str, frozenset[str]]:
-        """For each argument, the labels of where its values first appeared."""
+        """For each argument, the labels of where its values first appeared; for an argument
+        holding identifiers, also ``links(ARG)``: where those identifiers first appeared."""
         origins: dict[str, frozenset[str]] = {}
         for name, value in args.items():
             if name in _NO_FLOW_ARGS:
                 continue
             labels: set[str] = set()
+            links: set[str] = set()
             for text in _strings(value):
-                labels |= self._index.provenance(text)
+                whole, inside = self._index.origins(text)
+                labels |= whole
+                links |= inside
             origins[name] = frozenset(labels)
+            if links:
+                origins[f"links({name})"] = frozenset(links)
         return origins
 
     def _flows(self, args: Mapping[str, Any]) -> tuple[Flow, ...]:

@@ -13,9 +13,10 @@ sender typed). Segments are indexed three ways:
 * by identifier (e-mail addresses, URLs and host names, IBANs, phone numbers, in their normal
   form; see ``callgate._identifiers``), so an address inside free text is traced as a value and
   ``HTTPS://Example.com/`` is ``example.com``;
-* by exact value, for values shorter than ``MIN_VALUE_CHARS`` (a file id ``13``, a user
-  ``Fred``): they count only where a whole segment (a field of a structured output, or a whole
-  output) is that value, never as a fragment of other text.
+* by exact value, for values shorter than ``MIN_VALUE_CHARS``: a short number (a file id
+  ``13``) counts only where a whole segment (a field of a structured output, or a whole output)
+  is that value, never as a fragment of other text (a date holds many); a short word of letters
+  (a name, ``Fred``) also where it stands as a word.
 
 ``sources`` answers "which earlier content contains this value" (value flow, newest first, at
 most ``MAX_SOURCES``); ``provenance`` answers "where did this value first appear": the labels of
@@ -48,10 +49,19 @@ MAX_WINDOWS = 64
 MAX_SOURCES = 8
 
 _TOKEN = re.compile(r"\w+")
+#: A word of letters shorter than MIN_VALUE_CHARS: a short value of this shape (a first name)
+#: is traced where it stands as a word, not only as a whole field.
+_SHORT_NAME = re.compile(r"(?<![\w@.-])[^\W\d_]{2,5}(?![\w@-])")
 #: The provenance of content that carried no taint (a trusted tool's output).
 TRUSTED = "trusted"
 #: The provenance of a value that appeared in no earlier content.
 UNSEEN = "unseen"
+#: Added to the labels of what a call returns when the user directed the call: every value of
+#: its arguments came from the user (or the system prompt), so the content is what the user
+#: pointed at (the page at the address they gave, the file they named).
+USER_DIRECTED = "user-directed"
+#: The labels whose content directs a call.
+DIRECTING = frozenset({"user-provided", "system"})
 #: First appearances remembered by identifier and by exact value.
 MAX_FIRSTS = 200_000
 #: Longest segment indexed by exact value.
@@ -125,6 +135,8 @@ class FlowIndex:
         stripped = text.strip()
         if stripped and len(stripped) <= MAX_EXACT_CHARS:
             keys.append(f"eq:{stripped}")
+        # short names ("Fred", "Dora") count where they stand as a word; short numbers do not
+        keys.extend(f"w:{word}" for word in dict.fromkeys(_SHORT_NAME.findall(text)))
         for key in keys:
             first = self._firsts.get(key)
             if first is None:
@@ -140,19 +152,28 @@ class FlowIndex:
         where that identifier first appeared; for the rest, where the value (or, for a long
         value, each quoted passage of it) first appeared. ``UNSEEN`` for what appeared nowhere;
         ``TRUSTED`` stands for content that carried no taint."""
-        labels: set[str] = set()
+        return self.origins(value)[0]
+
+    def origins(self, value: str) -> tuple[frozenset[str], frozenset[str]]:
+        """``provenance`` of ``value``, and of the identifiers in it alone (empty when it holds
+        none)."""
+        found: set[str] = set()
         for ident in identifiers(value):
-            labels |= _labels(self._firsts.get(f"id:{ident}"))
+            found |= _labels(self._firsts.get(f"id:{ident}"))
+        links = frozenset(found)
+        labels = set(found)
         stripped = value.strip()
         if not stripped or normal_identifier(stripped) is not None:
-            return frozenset(labels)
+            return frozenset(labels), links
         if len(stripped) < MIN_VALUE_CHARS:
-            labels |= _labels(self._firsts.get(f"eq:{stripped}"))
+            hits = [f for f in (self._firsts.get(f"eq:{stripped}"),
+                                self._firsts.get(f"w:{stripped}")) if f is not None]
+            labels |= _labels(min(hits, key=lambda f: f[0]) if hits else None)
         else:
             pieces = [(stripped, _TOKEN.findall(stripped))] \
                 if len(stripped) <= WHOLE_VALUE_CHARS else _windows(stripped)
             labels |= _labels(self._first_of(pieces))
-        return frozenset(labels)
+        return frozenset(labels), links
 
     def _first_of(self, pieces: list[tuple[str, list[str]]]
                   ) -> tuple[int, frozenset[str]] | None:

@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "audit."),
     "doctor": ("callgate.cli._claude_code", "doctor_group",
                "Check that an integration is installed and working."),
+    "eval": ("callgate.cli._eval", "eval_group",
+             "Measure a monitor's detection on recorded agent runs."),
     "exec": ("callgate.cli._decide", "exec_",
              "Run COMMAND as a declared subprocess tool, through the kernel and its OS sandbox."),
     "hook": ("callgate.cli._claude_code", "hook_group",

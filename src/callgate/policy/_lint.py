@@ -35,6 +35,7 @@ def lint_policy(policy: Policy) -> list[str]:
             if src not in KNOWN_TAINT_SOURCES:
                 out.append(f"rule {rule.id}: taint source {src!r} is not one callgate attaches")
     for name, tool in policy.tools.items():
-        if tool.filesystem is None:
+        # a declaration that only says what the tool's output is has no stance to forget
+        if tool.filesystem is None and tool.model_fields_set - {"output", "risk"}:
             out.append(f"tools.{name}: filesystem stance unspecified (the path gate is off)")
     return out

@@ -152,6 +152,19 @@ class Limits(StrictModel):
     wall_seconds: _Positive | None = None
 
 
+class OutputPolicy(StrictModel):
+    """What a tool's output is, for taint and provenance.
+
+    ``source`` is the label of whoever writes what the tool returns (``web``, ``email``,
+    ``retrieved-doc``, …; none: the system itself, trusted). ``trusted_fields`` names the
+    fields of a structured (JSON or YAML) output that the system fills in, trusted whatever
+    ``source`` says: a transaction's ``recipient`` and ``amount``, not its ``subject``.
+    """
+
+    source: str | None = Field(default=None, min_length=1, max_length=64)
+    trusted_fields: tuple[str, ...] = ()
+
+
 class ToolConstraints(StrictModel):
     """When and how often a tool may run within one run."""
 
@@ -179,6 +192,7 @@ class ToolPolicy(StrictModel):
     working_dir: str | None = None
     path_params: dict[str, PathRole] = Field(default_factory=dict)
     tool_class: str | None = None
+    output: OutputPolicy | None = None
 
     @field_validator("path_params", mode="before")
     @classmethod
@@ -208,10 +222,12 @@ class ToolPolicy(StrictModel):
 
 
 class RunStateSettings(StrictModel):
-    """Run-level settings: when to quarantine, and whether the built-in statement pack is on."""
+    """Run-level settings: when to quarantine, whether the built-in statement pack is on, and
+    how many characters of each output statements observe (``output`` patterns)."""
 
     quarantine_after_denials: _Positive = 5
     behavioral_rules: bool = True
+    observation_chars: Annotated[int, Field(ge=0, le=65_536)] = 65_536
 
 
 class BehaviorStatement(StrictModel):

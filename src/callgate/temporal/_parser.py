@@ -18,6 +18,9 @@ Grammar (``ψ`` a pattern, ``Θ`` a temporal body)::
                | (any | all) ARG ((= | !=) LIT | [not] in {LIT, …} | (~ | !~ | ~* | !~*) "p"
                                   | (> | >= | < | <=) NUMBER)
 
+ARG may also be ``links(NAME)``: the identifiers (e-mail addresses, URLs and hosts, IBANs,
+phone numbers) inside argument NAME, a list of their normal forms.
+
 Parsing stops at the first syntax error; scope rules are checked afterwards (``scope``).
 """
 
@@ -37,6 +40,7 @@ _STATUSES = ("ok", "error", "denied")
 _COMPARE = frozenset({">", ">=", "<", "<="})
 _MATCH = frozenset({"~", "!~", "~*", "!~*"})
 _QUANTIFIERS = frozenset({"any", "all"})
+_FIELDS = frozenset({"action", "status", "output", "taint"})
 _T = TypeVar("_T")
 #: Deepest nesting of parentheses, ``not``, ``once`` and ``eventually`` a rule may use; the
 #: parser and both engines recurse over the tree, so the depth is bounded up front.
@@ -233,7 +237,18 @@ class _Parser:
             return self._output(pos)
         if subject.text == "taint":
             return self._taint(pos)
-        return self._argument(subject.text, pos)
+        return self._argument(self._links(subject.text), pos)
+
+    def _links(self, name: str) -> str:
+        """``links(ARG)`` (the identifiers inside ARG) as one subject name, or ``name``."""
+        if name != "links" or not self._at("("):
+            return name
+        self._next()
+        inner = self._next()
+        if inner.kind != "ident" or inner.text in _RESERVED or inner.text in _FIELDS:
+            self._fail("an argument name inside links(…)", inner)
+        self._expect(")")
+        return f"links({inner.text})"
 
     def _negated_in(self) -> bool | None:
         """``in`` → False, ``not in`` → True, anything else → None (nothing consumed)."""
@@ -303,6 +318,9 @@ class _Parser:
         if negated_in is not None:
             return n.ArgIn(arg, tuple(self._set(self._literal)), negated_in, pos)
         op = self._next()
+        if op.text in ("=", "contains") and self._peek().kind == "var" \
+                and arg.startswith("links("):
+            self._fail(f"a literal: {arg} is not compared with variables", self._peek())
         if op.text == "=" and self._peek().kind == "var":
             return n.VarEq(arg, self._var(), pos)
         if op.text in ("=", "!="):
@@ -323,9 +341,9 @@ class _Parser:
     def _each(self, quantifier: str, pos: n.Pos) -> n.Atom:
         """``any ARG …`` / ``all ARG …``: the condition after ARG, on each element."""
         subject = self._next()
-        if subject.text in ("action", "status", "output", "taint"):
+        if subject.text in _FIELDS:
             self._fail(f"an argument name after {quantifier}", subject)
-        inner = self._argument(subject.text, self._pos(subject))
+        inner = self._argument(self._links(subject.text), self._pos(subject))
         if not isinstance(inner, n.ArgIn | n.TextMatch | n.Compare):
             self._fail(f"=, !=, in, not in, ~, !~, ~*, !~* or a comparison after "
                        f"{quantifier} {subject.text}", subject)

@@ -24,6 +24,7 @@ linear in the text times the pattern length; it never backtracks exponentially.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -207,10 +208,12 @@ def _from_source(atom: n.FromSource) -> Test:
     if arg is None:
         return lambda ev: (not sources.isdisjoint(ev.source)) != negated
 
+    carried = links_of(arg) or arg
+
     def test(ev: Event) -> bool:
-        if arg not in ev.args:
+        labels = ev.provenance.get(arg) if carried in ev.args else None
+        if not labels:  # absent, or no value to trace (null, empty, true/false): neither
             return False
-        labels = ev.provenance.get(arg, frozenset())
         return (not sources.isdisjoint(labels)) != negated
 
     return test
@@ -221,34 +224,55 @@ def _each(atom: n.Each) -> Test:
     arg = inner.arg
     if arg is None:  # the parser gives an argument; a body made elsewhere may not
         raise TypeError("any/all need an argument")
-    one = atom_test(inner)
+    # the condition reads each element as the value of a stand-in argument
+    one = atom_test(dataclasses.replace(inner, arg=_ELEMENT))
     every = atom.quantifier == "all"
 
     def test(ev: Event) -> bool:
-        value = ev.args.get(arg, _MISSING)
+        value = argument(ev, arg)
         if value is _MISSING:
             return False
         items = value if isinstance(value, list | tuple) else [value]
         if not items:
             return False
-        results = (one(_Element(arg, item)) for item in items)
+        results = (one(_Element(item)) for item in items)
         return all(results) if every else any(results)
 
     return test
 
 
-class _Element(Event):
-    """An event that carries one element of a list as its argument (for ``any``/``all``)."""
+_ELEMENT = "@element"
 
-    def __init__(self, arg: str, item: object) -> None:
-        super().__init__(action="", args={arg: item})
+
+class _Element(Event):
+    """An event that carries one element of a list as its only argument (``any``/``all``)."""
+
+    def __init__(self, item: object) -> None:
+        super().__init__(action="", args={_ELEMENT: item})
+
+
+def links_of(arg: str) -> str | None:
+    """The argument a ``links(ARG)`` subject reads, or None for a plain argument."""
+    return arg[6:-1] if arg.startswith("links(") and arg.endswith(")") else None
+
+
+def argument(ev: Event, arg: str) -> object:
+    """The value an atom on ``arg`` reads: the argument, or for ``links(ARG)`` the list of
+    identifiers in ARG's text (normal forms); ``_MISSING`` when the event lacks ARG."""
+    inner = links_of(arg)
+    if inner is None:
+        return ev.args.get(arg, _MISSING)
+    value = ev.args.get(inner, _MISSING)
+    if value is _MISSING:
+        return _MISSING
+    return identifiers(text_of(value))
 
 
 def _arg_in(atom: n.ArgIn) -> Test:
     arg, values, negated = atom.arg, atom.values, atom.negated
 
     def test(ev: Event) -> bool:
-        value = ev.args.get(arg, _MISSING)
+        value = argument(ev, arg)
         if value is _MISSING:
             return False
         return any(literal_matches(v, value) for v in values) != negated
@@ -262,7 +286,7 @@ def _text_match(atom: n.TextMatch) -> Test:
         return lambda ev: glob.matches(observe(ev.output)) != negated
 
     def test(ev: Event) -> bool:
-        value = ev.args.get(arg, _MISSING)
+        value = argument(ev, arg)
         if value is _MISSING:
             return False
         return glob.matches(text_of(value)) != negated
@@ -282,7 +306,8 @@ def _compare(atom: n.Compare) -> Test:
     arg, bound, compare = atom.arg, atom.value, _COMPARATORS[atom.op]
 
     def test(ev: Event) -> bool:
-        number = as_number(ev.args.get(arg))
+        value = argument(ev, arg)
+        number = None if value is _MISSING else as_number(value)
         return number is not None and compare(number, bound)
 
     return test
