@@ -11,7 +11,7 @@ from agentdojo.functions_runtime import FunctionCall, FunctionsRuntime
 from callgate import Kernel, Reason, ToolCall, ToolResult
 from callgate.integrations.agentdojo import KernelGate, ScriptedModel, defended_pipeline
 from callgate.integrations.agentdojo import _gate as gate_module
-from callgate.policy import LoadedPolicy, parse_policy
+from callgate.policy import LoadedPolicy
 from callgate.testing import AuditedKernel, reason_ids
 
 from .conftest import ATTACKER, POLICY
@@ -77,12 +77,15 @@ def test_a_call_that_requires_approval_is_refused_as_nobody_can_approve_it(
     decision: require-approval
     reason: a new password needs the user
 """)
-    needs_approval = parse_policy(approval, "<approval policy>")
-    gate = KernelGate(lambda: Kernel(needs_approval, audit=None))
-    pre, post, messages = _run(banking, gate, _with(banking, "user_task_1", "injection_task_7"),
-                               "q")
+    with AuditedKernel(approval) as audited:
+        gate = KernelGate(lambda: audited.kernel)
+        pre, post, messages = _run(banking, gate,
+                                   _with(banking, "user_task_1", "injection_task_7"), "q")
+        results = audited.records("result")
     assert gate.calls[-1].decision.verdict == "require-approval" and not gate.calls[-1].ran
     assert post == pre
+    assert results[-1].payload["result"]["status"] == "denied"
+    assert results[-1].payload["result"]["error"].startswith("approval.denied")
     assert "callgate requires approval for the call to update_password" in str(
         _errors(messages)[-1])
 

@@ -218,9 +218,20 @@ class KernelGate(BasePipelineElement):  # type: ignore[misc]  # AgentDojo's base
         except Exception as exc:
             decision = self._internal_error(call, exc)
         if not decision.allowed:
+            if decision.verdict == "require-approval":
+                self._not_approved(decision)
             self.calls.append(GatedCall(_name(call), _arguments(call), decision, None))
             return _tool_message(call, "", self.explain(decision, _name(call)))
         return self._run(call, decision, runtime, env)
+
+    def _not_approved(self, decision: Decision) -> None:
+        """Tell the kernel that a call waiting for approval did not run: ``check`` took it as
+        run, and nobody can approve it here."""
+        if self._kernel is not None:
+            with contextlib.suppress(Exception):  # the call stays unrun whatever the record
+                self._kernel.report(decision.call_id, status="denied",
+                                    error="approval.denied: no one can approve calls in this "
+                                          "run; the call was not run")
 
     def _decide(self, call: FunctionCall) -> Decision:
         kernel = self._kernel
