@@ -1,10 +1,12 @@
-"""Identifiers inside text: e-mail addresses, URLs and host names, IBANs and phone numbers.
+"""Identifiers inside text: e-mail addresses, file names, URLs and host names, IBANs, phones.
 
 One definition serves the trace abstraction (a value's provenance is traced identifier by
 identifier, so an address quoted inside a message body is found where it first appeared) and the
 language (two spellings of one identifier compare equal). Each identifier has one normal form:
 
 * an e-mail address in lower case;
+* a file name (a name with a known document, data or code ending: ``report.docx``) in lower
+  case;
 * a URL or host name without its scheme, ``www.`` kept, host in lower case, path as written
   without a trailing ``/`` (``HTTPS://Example.com/a/`` → ``example.com/a``);
 * an IBAN in upper case without spaces;
@@ -34,25 +36,27 @@ _IBAN = r"[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}"
 # international (+…), area code in parentheses, or three-three-four digits: not a date or time
 _PHONE = (r"(?:\+[0-9][0-9 ().-]{6,18}[0-9]|\([0-9]{2,4}\)[0-9 .-]{6,14}[0-9]"
           r"|[0-9]{3}[-. ][0-9]{3}[-. ][0-9]{4})")
+#: File-name endings that look like top-level domains but name files.
+_FILE_ENDINGS = frozenset({"txt", "md", "pdf", "doc", "docx", "csv", "json", "yaml", "yml",
+                           "py", "js", "ts", "sh", "xls", "xlsx", "ppt", "pptx", "png", "jpg",
+                           "jpeg", "gif", "zip", "gz", "tar", "log", "html", "htm", "xml"})
+_FILE = (r"[A-Za-z0-9][A-Za-z0-9_.-]*\.(?:"
+         + "|".join(sorted(_FILE_ENDINGS, key=len, reverse=True)) + r")")
 _FIND = re.compile(
-    rf"(?P<email>(?<![\w.%+-]){_EMAIL})|(?P<iban>\b{_IBAN}\b)|(?P<url>(?<![\w@.-]){_URL})"
+    rf"(?P<email>(?<![\w.%+-]){_EMAIL})|(?P<iban>\b{_IBAN}\b)"
+    rf"|(?P<file>(?<![\w@./-])(?i:{_FILE})(?![\w/-]))|(?P<url>(?<![\w@.-]){_URL})"
     rf"|(?P<phone>(?<![\w+]){_PHONE}(?!\w))")
 _WHOLE = {
     "email": re.compile(_EMAIL),
+    "file": re.compile(_FILE, re.IGNORECASE),
     "url": re.compile(_URL),
     "iban": re.compile(_IBAN),
     "phone": re.compile(_PHONE),
 }
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SENTENCE_WORD = re.compile(r"[A-Z][a-z]+")
-#: File-name endings that look like top-level domains but name files.
-_FILE_ENDINGS = frozenset({"txt", "md", "pdf", "doc", "docx", "csv", "json", "yaml", "yml",
-                           "py", "js", "ts", "sh", "xls", "xlsx", "ppt", "pptx", "png", "jpg",
-                           "jpeg", "gif", "zip", "gz", "tar", "log", "html", "htm", "xml"})
-
-
 def _normal(kind: str, text: str) -> str | None:
-    if kind == "email":
+    if kind in ("email", "file"):
         return text.lower()
     if kind == "iban":
         return text.replace(" ", "").upper()

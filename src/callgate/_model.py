@@ -147,8 +147,9 @@ class Event:
     line: int | None = None
     derived: bool = False
     flows: tuple[Flow, ...] = ()
-    #: for each argument, where its values first appeared: the labels of that content
+    #: for each argument, where each piece of its values first appeared (each identifier, each
+    #: element of a list, the value or each quoted passage): the labels of that content
     #: (``trusted`` for content without taint, ``unseen`` for a value seen nowhere before)
-    provenance: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    provenance: Mapping[str, tuple[frozenset[str], ...]] = field(default_factory=dict)
     #: the labels of whoever wrote this event's output (a tool's declared source)
     source: frozenset[str] = frozenset()

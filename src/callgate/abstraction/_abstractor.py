@@ -22,16 +22,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from callgate._errors import Problem, TraceError
+from callgate._identifiers import normal_identifier
 from callgate._jsonlimits import loads_bounded
 from callgate._model import Event, Flow, Status
 from callgate.abstraction._drafts import Draft, ScriptContext, tool_drafts
-from callgate.abstraction._flow import DIRECTING, USER_DIRECTED, FlowIndex
+from callgate.abstraction._flow import DIRECTING, NEUTRAL, USER_DIRECTED, FlowIndex, Pieces
 from callgate.abstraction._structured import field_segments
 
 #: Characters of an output kept as an event's observation (what ``output`` patterns see).
 OBSERVATION_CHARS = 65_536
-#: Events remembered as directed by the user, for outputs reported after them.
-_MAX_DIRECTED = 4096
+#: Events whose arguments' provenance is remembered, for outputs reported after them.
+_MAX_CARRIED = 4096
 
 _STATUSES: frozenset[str] = frozenset({"ok", "error", "denied"})
 #: Arguments that restate other arguments; value flow is not searched in them.
@@ -146,8 +147,9 @@ class Abstractor:
         self._seq = 0
         self._outputs = dict(outputs or {})
         self._provenance = provenance
-        # the recent events the user directed (their outputs are ``user-directed``)
-        self._directed: OrderedDict[int, None] = OrderedDict()
+        # what the arguments of recent events bring to their outputs: ``user-directed`` when
+        # the user directed the call, the untrusted labels of the values it was called with
+        self._carried: OrderedDict[int, frozenset[str]] = OrderedDict()
 
     @property
     def next_seq(self) -> int:
@@ -162,7 +164,7 @@ class Abstractor:
         """
         events, output, source = self._events(raw, line)
         for event in events:
-            self._note_directed(event)
+            self._note_carried(event)
         self._seq += len(events)
         if events:
             self._add(events, output, source, _name_of(raw))
@@ -176,7 +178,7 @@ class Abstractor:
         if events and events[0].seq != self._seq + 1:
             raise ValueError("events do not follow the abstracted prefix")
         for event in events:
-            self._note_directed(event)
+            self._note_carried(event)
         self._seq += len(events)
         if events:
             source = frozenset().union(*(e.source for e in events))
@@ -188,28 +190,31 @@ class Abstractor:
         after the event (a host that reports a call's result once it has run): ``taint`` is
         what a value copied from it carries, ``source`` who wrote it (default ``taint``)."""
         if 0 < seq <= self._seq and output:
-            written = taint if source is None else source
-            if seq in self._directed:
-                written = written | {USER_DIRECTED}
+            written = (taint if source is None else source) | self._carried.get(seq, frozenset())
             self._index.add(seq, output, taint, source=written,
                             segments=self._segments(output, written, tool))
 
     def _add(self, events: list[Event], output: str, source: frozenset[str],
              tool: str | None) -> None:
         # a value copied from this output carries the events' taint (the propagation of what
-        # the call read) and who wrote it; provenance sees only who wrote it
-        if any(e.seq in self._directed for e in events):
-            source = source | {USER_DIRECTED}
+        # the call read) and who wrote it; provenance sees who wrote it and what made the call
+        source = source.union(*(self._carried.get(e.seq, frozenset()) for e in events))
         taint = frozenset().union(*(e.taint for e in events)) | source
         self._index.add(events[-1].seq, output, taint, source=source,
                         segments=self._segments(output, source, tool))
 
-    def _note_directed(self, event: Event) -> None:
-        traced = [labels for labels in event.provenance.values() if labels]
-        if traced and all(labels <= DIRECTING for labels in traced):
-            self._directed[event.seq] = None
-            while len(self._directed) > _MAX_DIRECTED:
-                self._directed.popitem(last=False)
+    def _note_carried(self, event: Event) -> None:
+        """What ``event``'s arguments bring to its output (see ``_carried``)."""
+        traced = [labels for pieces in event.provenance.values() for labels in pieces]
+        if not traced:
+            return
+        carried = frozenset().union(*traced) - NEUTRAL
+        if _directed(event):
+            carried |= {USER_DIRECTED}
+        if carried:
+            self._carried[event.seq] = carried
+            while len(self._carried) > _MAX_CARRIED:
+                self._carried.popitem(last=False)
 
     def _segments(self, output: str, source: frozenset[str], tool: str | None
                   ) -> list[tuple[str, frozenset[str]]] | None:
@@ -280,22 +285,23 @@ class Abstractor:
             ))
         return events
 
-    def _origins(self, args: Mapping[str, Any]) -> dict[str, frozenset[str]]:
-        """For each argument, the labels of where its values first appeared; for an argument
-        holding identifiers, also ``links(ARG)``: where those identifiers first appeared."""
-        origins: dict[str, frozenset[str]] = {}
+    def _origins(self, args: Mapping[str, Any]) -> dict[str, Pieces]:
+        """For each argument, where each piece of its values first appeared (the labels of
+        that content); for an argument holding identifiers, also ``links(ARG)``: where each of
+        those identifiers first appeared."""
+        origins: dict[str, Pieces] = {}
         for name, value in args.items():
             if name in _NO_FLOW_ARGS:
                 continue
-            labels: set[str] = set()
-            links: set[str] = set()
+            pieces: Pieces = ()
+            links: Pieces = ()
             for text in _strings(value):
                 whole, inside = self._index.origins(text)
-                labels |= whole
-                links |= inside
-            origins[name] = frozenset(labels)
+                pieces += whole
+                links += inside
+            origins[name] = pieces
             if links:
-                origins[f"links({name})"] = frozenset(links)
+                origins[f"links({name})"] = links
         return origins
 
     def _flows(self, args: Mapping[str, Any]) -> tuple[Flow, ...]:
@@ -307,6 +313,25 @@ class Abstractor:
                 for seq, taint in self._index.sources(text):
                     flows.setdefault((name, seq), Flow(name, seq, taint))
         return tuple(flows[k] for k in sorted(flows, key=lambda k: (k[1], k[0])))
+
+
+def _directed(event: Event) -> bool:
+    """Whether the user directed the call: it names a specific thing (an address, a file, a
+    URL: an identifier) that came from the user or from what the user pointed at, and every
+    other value it was called with came from there too. A search query or a date the user gave
+    directs nothing in particular: what it finds is not what the user pointed at."""
+    def pointed(labels: frozenset[str]) -> bool:
+        return bool(labels) and (labels <= DIRECTING or USER_DIRECTED in labels)
+
+    named = False
+    for name, pieces in event.provenance.items():
+        if not pieces or name.startswith("links("):
+            continue
+        if not all(pointed(labels) for labels in pieces):
+            return False
+        named = named or any(normal_identifier(text) is not None
+                             for text in _strings(event.args.get(name)))
+    return named
 
 
 def _name_of(raw: Mapping[str, Any]) -> str | None:

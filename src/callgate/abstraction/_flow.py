@@ -62,12 +62,18 @@ UNSEEN = "unseen"
 USER_DIRECTED = "user-directed"
 #: The labels whose content directs a call.
 DIRECTING = frozenset({"user-provided", "system"})
+#: Labels that say nothing against a value; any other label of an argument's value (``web``,
+#: ``email``, …) is carried over to what the call returns: a hotel list fetched for a city
+#: named only in a review is as much the review's doing as the review.
+NEUTRAL = frozenset({"user-provided", "system", TRUSTED, UNSEEN, USER_DIRECTED})
 #: First appearances remembered by identifier and by exact value.
 MAX_FIRSTS = 200_000
 #: Longest segment indexed by exact value.
 MAX_EXACT_CHARS = 256
 
 Segment = tuple[str, frozenset[str]]
+#: The provenance of each piece of a value (each identifier, the value or each passage).
+Pieces = tuple[frozenset[str], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,8 @@ class _Entry:
     labels: frozenset[str] = frozenset()
     #: the whole of a structured output, kept for passages that span its fields
     whole: bool = False
+    #: its words, case folded, one space apart and around (formatting between words ignored)
+    words: str = ""
 
 
 class FlowIndex:
@@ -121,9 +129,10 @@ class FlowIndex:
                    *, whole: bool = False) -> None:
         key = self._next
         self._next += 1
-        self._entries[key] = _Entry(seq, text, taint, labels, whole)
+        tokens = [t.casefold() for t in _TOKEN.findall(text)]
+        self._entries[key] = _Entry(seq, text, taint, labels, whole, _spaced(tokens))
         self._size += len(text)
-        for token in set(_TOKEN.findall(text)):
+        for token in set(tokens):
             self._postings.setdefault(token, []).append(key)
         while self._size > self._budget and len(self._entries) > 1:
             _, old = self._entries.popitem(last=False)
@@ -148,58 +157,52 @@ class FlowIndex:
                 self._firsts[key] = (seq, first[1] | labels)  # two fields of one output
 
     def provenance(self, value: str) -> frozenset[str]:
-        """The labels of the earliest content ``value`` appeared in: for each identifier in it,
-        where that identifier first appeared; for the rest, where the value (or, for a long
-        value, each quoted passage of it) first appeared. ``UNSEEN`` for what appeared nowhere;
-        ``TRUSTED`` stands for content that carried no taint."""
-        return self.origins(value)[0]
+        """The labels of the earliest content ``value`` appeared in (the union over its
+        pieces: see ``origins``). ``UNSEEN`` for what appeared nowhere; ``TRUSTED`` stands for
+        content that carried no taint."""
+        return frozenset().union(*self.origins(value)[0])
 
-    def origins(self, value: str) -> tuple[frozenset[str], frozenset[str]]:
-        """``provenance`` of ``value``, and of the identifiers in it alone (empty when it holds
-        none)."""
-        found: set[str] = set()
-        for ident in identifiers(value):
-            found |= _labels(self._firsts.get(f"id:{ident}"))
-        links = frozenset(found)
-        labels = set(found)
+    def origins(self, value: str) -> tuple[Pieces, Pieces]:
+        """Where each piece of ``value`` first appeared: each identifier in it, then the value
+        itself (or, for a long value, each quoted passage of it); and the identifiers' alone."""
+        links = tuple(_labels(self._firsts.get(f"id:{ident}")) for ident in identifiers(value))
         stripped = value.strip()
         if not stripped or normal_identifier(stripped) is not None:
-            return frozenset(labels), links
+            return links, links
         if len(stripped) < MIN_VALUE_CHARS:
             hits = [f for f in (self._firsts.get(f"eq:{stripped}"),
                                 self._firsts.get(f"w:{stripped}")) if f is not None]
-            labels |= _labels(min(hits, key=lambda f: f[0]) if hits else None)
+            rest: Pieces = (_labels(min(hits, key=lambda f: f[0]) if hits else None),)
         else:
             pieces = [(stripped, _TOKEN.findall(stripped))] \
                 if len(stripped) <= WHOLE_VALUE_CHARS else _windows(stripped)
-            labels |= _labels(self._first_of(pieces))
-        return frozenset(labels), links
+            hits = [hit for piece, tokens in pieces if (hit := self._first(piece, tokens))]
+            rest = tuple(_labels(h) for h in hits) or (frozenset({UNSEEN}),)
+        return links + rest, links
 
-    def _first_of(self, pieces: list[tuple[str, list[str]]]
-                  ) -> tuple[int, frozenset[str]] | None:
-        """The earliest appearance of any of ``pieces``: in one segment where there is one,
-        else across the fields of a structured output."""
-        for whole in (False, True):
-            hits = [f for piece, tokens in pieces
-                    if (f := self._earliest(piece, tokens, whole)) is not None]
-            if hits:
-                return min(hits, key=lambda f: f[0])
-        return None
+    def _first(self, piece: str, tokens: list[str]) -> tuple[int, frozenset[str]] | None:
+        """Where ``piece`` first appeared: in one segment where it did, else across the
+        fields of a structured output."""
+        return self._earliest(piece, tokens, False) or self._earliest(piece, tokens, True)
+
+    def _candidates(self, tokens: list[str]) -> list[int]:
+        if not tokens:
+            return list(self._entries)
+        lists = [self._postings.get(t.casefold(), []) for t in set(tokens)]
+        return min(lists, key=len)
 
     def _earliest(self, piece: str, tokens: list[str], whole: bool
                   ) -> tuple[int, frozenset[str]] | None:
-        """The earliest segment (or whole structured output) containing ``piece``, with the
-        union of labels of that event's segments that do; or None."""
-        if tokens:
-            lists = [self._postings.get(t, []) for t in set(tokens)]
-            candidates = min(lists, key=len)
-        else:
-            candidates = list(self._entries)
+        """The earliest segment (or whole structured output) containing ``piece`` (or its
+        words in order, whatever the case and the formatting between them), with the union of
+        labels of that event's segments that do; or None."""
+        words = _spaced([t.casefold() for t in tokens])
         first: tuple[int, frozenset[str]] | None = None
-        for key in candidates:  # a late report may index an earlier event after a later one
+        for key in self._candidates(tokens):  # a late report may index an earlier event
             entry = self._entries.get(key)
             if entry is None or entry.whole != whole or (
-                    first is not None and entry.seq > first[0]) or piece not in entry.text:
+                    first is not None and entry.seq > first[0]) or not _holds(entry, piece,
+                                                                                words):
                 continue
             if first is None or entry.seq < first[0]:
                 first = (entry.seq, entry.labels)
@@ -223,15 +226,11 @@ class FlowIndex:
         return sorted(found.items())[:MAX_SOURCES]
 
     def _containing(self, piece: str, tokens: list[str]) -> list[tuple[int, frozenset[str]]]:
-        if tokens:
-            lists = [self._postings.get(t, []) for t in set(tokens)]
-            candidates = min(lists, key=len)
-        else:
-            candidates = list(self._entries)
+        words = _spaced([t.casefold() for t in tokens])
         out: dict[int, frozenset[str]] = {}
-        for key in reversed(candidates):
+        for key in reversed(self._candidates(tokens)):
             entry = self._entries.get(key)
-            if entry is not None and piece in entry.text:
+            if entry is not None and _holds(entry, piece, words):
                 # one source per event: a field and its whole structured output are one
                 out[entry.seq] = out.get(entry.seq, frozenset()) | entry.taint
                 if len(out) >= MAX_SOURCES:
@@ -259,3 +258,12 @@ def _labels(first: tuple[int, frozenset[str]] | None) -> frozenset[str]:
     if first is None:
         return frozenset({UNSEEN})
     return first[1] or frozenset({TRUSTED})
+
+
+def _spaced(tokens: list[str]) -> str:
+    return f" {' '.join(tokens)} " if tokens else ""
+
+
+def _holds(entry: _Entry, piece: str, words: str) -> bool:
+    """Whether the entry's text holds ``piece``: verbatim, or as the same words in order."""
+    return piece in entry.text or (bool(words) and words in entry.words)

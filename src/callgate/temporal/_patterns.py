@@ -211,10 +211,12 @@ def _from_source(atom: n.FromSource) -> Test:
     carried = links_of(arg) or arg
 
     def test(ev: Event) -> bool:
-        labels = ev.provenance.get(arg) if carried in ev.args else None
-        if not labels:  # absent, or no value to trace (null, empty, true/false): neither
+        pieces = ev.provenance.get(arg) if carried in ev.args else None
+        if not pieces:  # absent, or no value to trace (null, empty, true/false): neither
             return False
-        return (not sources.isdisjoint(labels)) != negated
+        if negated:  # some piece came from none of the sources
+            return any(sources.isdisjoint(labels) for labels in pieces)
+        return any(not sources.isdisjoint(labels) for labels in pieces)
 
     return test
 
