@@ -42,7 +42,7 @@ MIN_VALUE_CHARS = 6
 #: Values longer than this are matched by token windows rather than whole.
 WHOLE_VALUE_CHARS = 256
 #: Tokens per window when matching long values, and the least characters a window spans.
-WINDOW_TOKENS = 8
+WINDOW_TOKENS = 10
 MIN_WINDOW_CHARS = 32
 #: Most windows tried per value; most source events reported per value.
 MAX_WINDOWS = 64
