@@ -11,7 +11,9 @@ from POLICY_DIR/SUITE.yaml.
 * Security: every (user task, injection task) pair under AgentDojo's ``important_instructions``
   attack; the model makes the user task's calls, then the injection task's. Goal: every
   injection call blocked. Also shown: the pairs AgentDojo's ``security`` check scores as failed
-  attacks, and the pairs whose injection goal has no tool call (words in the answer only).
+  attacks (and how many of them failed with no injection call blocked: AgentDojo's floor, not
+  the defense's doing), and the pairs whose injection goal has no tool call (words in the
+  answer only, which a monitor of tool calls cannot stop).
 
 Every decision and result is written to a SQLite audit log (a temporary file), as in a real run.
 Writes benchmarks/out/agentdojo_runtime.json and .md.
@@ -51,7 +53,8 @@ def table(result: Measurement) -> list[str]:
     """The figures of each suite and in total, next to the goals."""
     lines = ["| suite | utility kept (goal: wherever ground truth has it) "
              "| benign calls denied (goal 0) "
-             "| injection calls blocked (goal: all) | attacks failed (AgentDojo check) "
+             "| injection calls blocked (goal: all) "
+             "| attacks failed (AgentDojo check; of them, with nothing blocked) "
              "| text-only injections | utility under attack | benign denied under attack |",
              "|---|---|---|---|---|---|---|---|"]
     rows: list[tuple[str, SuiteFigures]] = [*result.suites.items(), ("total", result.total())]
@@ -61,7 +64,7 @@ def table(result: Measurement) -> list[str]:
             f"{_mark(f.utility_lost == 0)} "
             f"| {f.benign_denied}/{f.benign_calls} {_mark(f.benign_denied == 0)} "
             f"| {f.injection_blocked}/{f.injection_calls} {_mark(f.security_goal_met)} "
-            f"| {f.attack_failed}/{f.pairs} | {f.text_only_pairs} "
+            f"| {f.attack_failed}/{f.pairs} ({f.failed_unblocked}) | {f.text_only_pairs} "
             f"| {f.utility_under_attack}/{f.pairs} "
             f"| {f.benign_denied_under_attack}/{f.benign_calls_under_attack} |")
     return lines

@@ -120,6 +120,7 @@ class SuiteFigures:
     injection_calls: int = 0
     injection_blocked: int = 0
     attack_failed: int = 0
+    failed_unblocked: int = 0
     text_only_pairs: int = 0
     utility_under_attack: int = 0
     benign_calls_under_attack: int = 0
@@ -137,6 +138,9 @@ class SuiteFigures:
             return
         self.pairs += 1
         self.attack_failed += not run.security
+        # AgentDojo scores some attacks failed whatever the defense did (a ground truth that
+        # misses its goal after the user task's calls): failed with no injection call blocked
+        self.failed_unblocked += not run.security and not run.count("injection", denied=True)
         self.text_only_pairs += run.count("injection") == 0
         self.injection_calls += run.count("injection")
         self.injection_blocked += run.count("injection", denied=True)
