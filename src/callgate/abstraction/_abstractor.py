@@ -26,7 +26,14 @@ from callgate._identifiers import normal_identifier
 from callgate._jsonlimits import loads_bounded
 from callgate._model import Event, Flow, Status
 from callgate.abstraction._drafts import Draft, ScriptContext, tool_drafts
-from callgate.abstraction._flow import DIRECTING, NEUTRAL, USER_DIRECTED, FlowIndex, Pieces
+from callgate.abstraction._flow import (
+    DIRECTING,
+    NEUTRAL,
+    USER_DIRECTED,
+    VIA,
+    FlowIndex,
+    Pieces,
+)
 from callgate.abstraction._structured import field_segments
 
 #: Characters of an output kept as an event's observation (what ``output`` patterns see).
@@ -208,7 +215,10 @@ class Abstractor:
         traced = [labels for pieces in event.provenance.values() for labels in pieces]
         if not traced:
             return
-        carried = frozenset().union(*traced) - NEUTRAL
+        carried = frozenset(f"{VIA}{label}" for label in frozenset().union(*traced) - NEUTRAL
+                            if not label.startswith(VIA))
+        carried |= frozenset(label for labels in traced for label in labels
+                             if label.startswith(VIA))
         if _directed(event):
             carried |= {USER_DIRECTED}
         if carried:

@@ -62,10 +62,12 @@ UNSEEN = "unseen"
 USER_DIRECTED = "user-directed"
 #: The labels whose content directs a call.
 DIRECTING = frozenset({"user-provided", "system"})
-#: Labels that say nothing against a value; any other label of an argument's value (``web``,
-#: ``email``, …) is carried over to what the call returns: a hotel list fetched for a city
-#: named only in a review is as much the review's doing as the review.
+#: Labels that say nothing against a value; any other label ``X`` of an argument's value
+#: (``web``, ``email``, …) is carried over to what the call returns as ``via-X``: a hotel list
+#: fetched for a city named only in a review is the review's doing (``via-retrieved-doc``),
+#: though the list itself is the catalogue's. ``via-`` labels carry over unchanged.
 NEUTRAL = frozenset({"user-provided", "system", TRUSTED, UNSEEN, USER_DIRECTED})
+VIA = "via-"
 #: First appearances remembered by identifier and by exact value.
 MAX_FIRSTS = 200_000
 #: Longest segment indexed by exact value.
