@@ -153,3 +153,14 @@ class Event:
     provenance: Mapping[str, tuple[frozenset[str], ...]] = field(default_factory=dict)
     #: the labels of whoever wrote this event's output (a tool's declared source)
     source: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredOutput:
+    """What a tool's output is: ``source``, the labels of whoever writes it (empty when the
+    system itself does), and ``trusted_fields``, the fields of a structured output the system
+    fills in whatever ``source`` says (a transaction's ``recipient``, not its ``subject``)."""
+
+    source: frozenset[str] = frozenset()
+    trusted_fields: frozenset[str] = frozenset()
+

@@ -84,22 +84,22 @@ def form_statement(draw: st.DrawFn, form: str) -> str:
 
 
 def body(depth: int, future_ok: bool = True) -> st.SearchStrategy[str]:
-    """A temporal body text (eventually never under once or eventually)."""
+    """A temporal body text: any nesting of once, once[N] and eventually, futures under pasts
+    and futures included (those bodies are judged at the end of the run)."""
     leaf = st.sampled_from(GROUND_ATOMS)
     if depth == 0:
         return leaf
     sub = body(depth - 1, future_ok)
-    past = body(depth - 1, False)
     options = [
         leaf,
         sub.map(lambda b: f"not ({b})"),
         st.tuples(sub, sub).map(lambda p: f"({p[0]}) and ({p[1]})"),
         st.tuples(sub, sub).map(lambda p: f"({p[0]}) or ({p[1]})"),
-        past.map(lambda b: f"once({b})"),
-        st.tuples(st.integers(1, 3), past).map(lambda p: f"once[{p[0]}]({p[1]})"),
+        sub.map(lambda b: f"once({b})"),
+        st.tuples(st.integers(1, 3), sub).map(lambda p: f"once[{p[0]}]({p[1]})"),
     ]
     if future_ok:
-        options.append(past.map(lambda b: f"eventually({b})"))
+        options.append(sub.map(lambda b: f"eventually({b})"))
     return st.one_of(options)
 
 

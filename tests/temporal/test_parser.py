@@ -101,10 +101,14 @@ def test_variable_inside_always_is_an_error() -> None:
     assert "inside an always body" in str(_error("always(not x = $v)"))
 
 
-def test_eventually_under_once_or_eventually_is_an_error() -> None:
-    assert "eventually inside once" in str(_error("always(once(eventually(action = a)))"))
-    assert "eventually inside eventually" in str(
-        _error("always(eventually(eventually(action = a)))"))
+@pytest.mark.parametrize("rule", [
+    "always(once(eventually(action = a)))",
+    "always(eventually(eventually(action = a)))",
+    "always(not (action = b and once[2](eventually(once(action = a)))))",
+    "always(" + " or ".join(f"once(eventually(action = a{i}))" for i in range(7)) + ")",
+])
+def test_a_future_nested_in_a_past_or_a_future_is_accepted(rule: str) -> None:
+    parse_statement(rule)
 
 
 def test_too_many_eventually_operators_is_an_error() -> None:

@@ -8,7 +8,8 @@ earlier outputs it appeared in. See ``docs/abstraction.md``.
 
 from __future__ import annotations
 
-from callgate.abstraction._abstractor import Abstractor, DeclaredOutput
+from callgate._model import DeclaredOutput
+from callgate.abstraction._abstractor import Abstractor
 from callgate.abstraction._agentdojo import (
     AgentDojoStep,
     abstract_agentdojo_run,

@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from callgate._errors import Problem, TraceError
 from callgate._identifiers import normal_identifier
 from callgate._jsonlimits import loads_bounded
-from callgate._model import Event, Flow, Status
+from callgate._model import DeclaredOutput, Event, Flow, Status
 from callgate.abstraction._drafts import Draft, ScriptContext, tool_drafts
 from callgate.abstraction._flow import (
     DIRECTING,
@@ -45,16 +44,6 @@ _STATUSES: frozenset[str] = frozenset({"ok", "error", "denied"})
 #: Arguments that restate other arguments; value flow is not searched in them.
 _NO_FLOW_ARGS = frozenset({"argv", "argv_list", "flags", "wrappers", "tool_class", "tool_action",
                            "piped_from", "dynamic", "parse_error", "positionals"})
-
-
-@dataclass(frozen=True, slots=True)
-class DeclaredOutput:
-    """What a tool's output is: ``source``, the labels of whoever writes it (empty when the
-    system itself does), and ``trusted_fields``, the fields of a structured output the system
-    fills in whatever ``source`` says (a transaction's ``recipient``, not its ``subject``)."""
-
-    source: frozenset[str] = frozenset()
-    trusted_fields: frozenset[str] = frozenset()
 
 
 class MalformedLineError(ValueError):

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from callgate._errors import Problem, TraceError
-from callgate._model import Event
-from callgate.abstraction._abstractor import Abstractor, DeclaredOutput
+from callgate._model import DeclaredOutput, Event
+from callgate.abstraction._abstractor import Abstractor
 
 __all__ = ["UNDECLARED_SOURCE", "AgentDojoStep", "abstract_agentdojo_run", "agentdojo_steps",
            "message_text"]

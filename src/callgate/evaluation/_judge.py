@@ -73,12 +73,7 @@ class Judgement:
 
 def declared_outputs(policy: Policy) -> dict[str, DeclaredOutput]:
     """The policy's ``tools.NAME.output`` declarations, as the abstraction takes them."""
-    out: dict[str, DeclaredOutput] = {}
-    for name, tool in policy.tools.items():
-        if tool.output is not None:
-            source = frozenset({tool.output.source}) if tool.output.source else frozenset()
-            out[name] = DeclaredOutput(source, frozenset(tool.output.trusted_fields))
-    return out
+    return policy.declared_outputs()
 
 
 class Judge:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from callgate._model import Event, ToolCall
+from callgate._model import DeclaredOutput, Event, ToolCall
 from callgate.matchers._hosts import check_host, host_of
 from callgate.policy._schema import BehaviorStatement, Capability, Policy, ToolPolicy
 from callgate.temporal import BehaviorSet, Monitor, Violation, compile_behavior
@@ -49,6 +50,15 @@ def flow_statements(policy: Policy) -> frozenset[str]:
     """The ids of the policy's statements that read ``flow_taint`` or ``flow_from``."""
     return frozenset(s.id for s in policy.behavior
                      if "flow_taint" in s.rule or "flow_from" in s.rule)
+
+
+_PROVENANCE = re.compile(r"\bfrom\b|\blinks\s*\(")
+
+
+def uses_provenance(policy: Policy) -> bool:
+    """Whether a statement of the policy reads provenance (``from``, ``links(…)``): only then
+    does each argument's provenance cost a lookup."""
+    return any(_PROVENANCE.search(s.rule) for s in policy.behavior)
 
 
 def descriptions_for(policy: Policy) -> dict[str, str]:
@@ -121,14 +131,16 @@ class RunBehavior:
 
     def __init__(self, behaviors: BehaviorSet, *, working_dir: str,
                  descriptions: Mapping[str, str] | None = None,
-                 flow_statements: frozenset[str] = frozenset()) -> None:
+                 flow_statements: frozenset[str] = frozenset(),
+                 outputs: Mapping[str, DeclaredOutput] | None = None,
+                 provenance: bool = False) -> None:
         self._monitor: Monitor = behaviors.monitor()
         # statements about value flow: their witness also names where the values came from
         self._flow_statements = flow_statements
         # With no statement there is nothing to judge: calls are not even abstracted.
         self._idle = len(behaviors) == 0
         self._descriptions = dict(descriptions or {})
-        self._abstractor = _abstractor(working_dir)
+        self._abstractor = _abstractor(working_dir, outputs or {}, provenance)
         self._next = 1
         # The events of the last pending call as checked: committed as they are when nothing
         # about the call changed, so neither the abstraction nor the monitors redo the work.
@@ -189,11 +201,13 @@ class RunBehavior:
             return checked  # the very objects the monitors checked: their plans are reused
         return _augment([dataclasses.replace(e, status=status) for e in plain], extra, taint)
 
-    def attach_output(self, seq: int, output: str, taint: frozenset[str]) -> None:
+    def attach_output(self, seq: int, output: str, taint: frozenset[str], *,
+                      source: frozenset[str] | None = None, tool: str | None = None) -> None:
         """The output of event ``seq``, reported after it was committed: indexed for value
-        flow, so a later argument copied from it carries its taint and names it."""
+        flow (a later argument copied from it carries ``taint`` and names it) and provenance
+        (``source``: who wrote it; ``tool``: whose declared fields it has)."""
         if not self._idle and self._abstractor is not None:
-            self._abstractor.index_output(seq, output, taint)
+            self._abstractor.index_output(seq, output, taint, source=source, tool=tool)
 
     def finish(self) -> list[Violation]:
         return self._monitor.finish()
@@ -228,12 +242,13 @@ def _augment(events: list[Event], extra: Mapping[str, Any], taint: frozenset[str
     return out
 
 
-def _abstractor(working_dir: str) -> Abstractor | None:
+def _abstractor(working_dir: str, outputs: Mapping[str, DeclaredOutput], provenance: bool
+                ) -> Abstractor | None:
     try:
         from callgate.abstraction import Abstractor
     except ImportError:  # the abstraction extra is optional: calls then map to one event each
         return None
-    return Abstractor(working_dir=working_dir)
+    return Abstractor(working_dir=working_dir, outputs=outputs, provenance=provenance)
 
 
 def _plain_event(raw: Mapping[str, Any], seq: int) -> Event:

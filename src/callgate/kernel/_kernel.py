@@ -47,6 +47,7 @@ from callgate.kernel._behavior import (
     compile_for,
     descriptions_for,
     flow_statements,
+    uses_provenance,
 )
 from callgate.kernel._capabilities import CapabilityToken, RateLimiter, check_grants, issue_token
 from callgate.kernel._declare import check_declaration, tool_decorator
@@ -54,7 +55,7 @@ from callgate.kernel._registry import Executor, ToolRegistry
 from callgate.kernel._rules import RuleSet
 from callgate.kernel._runstate import READ_ONLY_ACTIONS, RunState
 from callgate.kernel._suspend import restore, snapshot
-from callgate.kernel._taint import TaintTracker
+from callgate.kernel._taint import CLASS_OUTPUT_TAINT, TaintTracker
 from callgate.kernel._tokens import TokenBook
 from callgate.kernel._toolpolicy import check_tool
 from callgate.kernel._validate import Stamp, error_text, is_text, placeholder, safe_text, validate
@@ -165,10 +166,12 @@ class Kernel:
         self._rules = RuleSet(self.policy.rules)
         self._taint = TaintTracker()
         self._state = RunState(quarantine_after=self.policy.run_state.quarantine_after_denials)
+        self._outputs = self.policy.declared_outputs()
         self._behavior = RunBehavior(
             compile_for(self.policy, None if isinstance(policy, Policy) else policy),
             working_dir=self.working_dir, descriptions=descriptions_for(self.policy),
-            flow_statements=flow_statements(self.policy))
+            flow_statements=flow_statements(self.policy), outputs=self._outputs,
+            provenance=uses_provenance(self.policy))
         self._limiter = RateLimiter()
         self._tokens = TokenBook()
         self._approval = approval_handler
@@ -275,18 +278,34 @@ class Kernel:
                     result = _withheld(result, f"guard.observe-failed: {failure}")
                 if result.status == "ok":
                     self._completed[call.tool] += 1
-                    self._index_output(seq, result)
+                    self._index_output(seq, result, call, produced)
                 return self._audit_result(result)
             except Exception as exc:
                 why = self._internal_error("report", call_id, exc)
                 return ToolResult(call_id=call_id, status="error", error=f"internal.error: {why}")
 
-    def _index_output(self, seq: int | None, result: ToolResult) -> None:
+    def _index_output(self, seq: int | None, result: ToolResult, call: ToolCall,
+                      produced: tuple[TaintLabel, ...]) -> None:
         # A reported output joins the value-flow index under its call's event, with the taint
-        # it was labelled: an argument later copied from it carries that taint and names it.
+        # it was labelled: an argument later copied from it carries that taint and names it;
+        # its provenance is who wrote it (the boundary, the host, the tool's declaration).
         if seq is not None and isinstance(result.output, str):
             self._behavior.attach_output(seq, result.output,
-                                         frozenset(label.source for label in result.taint))
+                                         frozenset(label.source for label in result.taint),
+                                         source=self._written_by(call, produced),
+                                         tool=call.tool)
+
+    def _written_by(self, call: ToolCall, produced: tuple[TaintLabel, ...]) -> frozenset[str]:
+        """The labels of whoever wrote a call's output: what the executor or host said, the
+        boundary it crossed, and the tool's declared source (not the run's taint)."""
+        labels = {label.source for label in produced}
+        boundary = CLASS_OUTPUT_TAINT.get(call.tool_class)
+        if boundary is not None:
+            labels.add(boundary)
+        declared = self._outputs.get(call.tool)
+        if declared is not None:
+            labels |= declared.source
+        return frozenset(labels)
 
     def note(self, action: str, args: Mapping[str, Any], *, output: str | None = None,
              taint: Sequence[str] = ()) -> None:
@@ -301,7 +320,8 @@ class Kernel:
             try:
                 self._record_system("event", {"action": action, "args": dict(args),
                                               "taint": list(taint)})
-                raw: dict[str, Any] = {"action": action, "args": dict(args), "status": "ok"}
+                raw: dict[str, Any] = {"action": action, "args": dict(args), "status": "ok",
+                                       "output_source": list(taint)}
                 if output is not None:
                     raw["output"] = output
                 self._behavior.commit(raw, {}, frozenset(taint))
@@ -623,6 +643,7 @@ class Kernel:
                 extra["denied_by"] = decision.reasons[0].check if decision.reasons else "kernel"
             elif result is not None:
                 raw["status"] = result.status
+                raw["output_source"] = sorted(self._written_by(call, ()))
                 if result.output is not None:
                     raw["output"] = result.output if isinstance(result.output, str) else \
                         repr(result.output)
@@ -716,6 +737,10 @@ class Kernel:
         return "; ".join(failures) or None
 
     def _label(self, call: ToolCall, produced: tuple[TaintLabel, ...]) -> tuple[TaintLabel, ...]:
+        declared = self._outputs.get(call.tool)
+        if declared is not None:  # the tool's declared source labels what it returns
+            produced = (*produced, *(TaintLabel(source=s, origin=call.tool)
+                                     for s in sorted(declared.source)))
         labels = tuple(self._taint.output_labels(call, produced))
         self._taint.absorb(labels)
         return labels

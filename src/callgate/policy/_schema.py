@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from callgate._model import StrictModel, Verdict
+from callgate._model import DeclaredOutput, StrictModel, Verdict
 from callgate.policy._settings import ExecutorSettings, GuardSettings, McpSettings
 
 Risk = Literal["low", "medium", "high", "critical"]
@@ -253,6 +253,15 @@ class Policy(StrictModel):
     guards: GuardSettings | None = None
     executors: ExecutorSettings | None = None
     mcp: McpSettings | None = None
+
+    def declared_outputs(self) -> dict[str, DeclaredOutput]:
+        """The tools whose output the policy declares (``tools.NAME.output``), by name."""
+        out: dict[str, DeclaredOutput] = {}
+        for name, tool in self.tools.items():
+            if tool.output is not None:
+                source = frozenset({tool.output.source}) if tool.output.source else frozenset()
+                out[name] = DeclaredOutput(source, frozenset(tool.output.trusted_fields))
+        return out
 
     @model_validator(mode="after")
     def _ids_are_unique(self) -> Policy:

@@ -161,3 +161,92 @@ def _collect(body: n.Body, eventually: list[n.Eventually], onces: list[n.Once]) 
 def _index(items: list[n.Eventually] | list[n.Once], node: n.Body) -> int:
     # Nodes are compared by identity: two textually equal sub-bodies are distinct operators.
     return next(i for i, item in enumerate(items) if item is node)
+
+
+def nested_future(body: n.Body, under: bool = False) -> bool:
+    """Whether ``eventually`` appears under ``once`` or under another ``eventually``."""
+    if isinstance(body, n.Eventually):
+        return under or nested_future(body.body, True)
+    if isinstance(body, n.Once):
+        return nested_future(body.body, True)
+    if isinstance(body, n.Not):
+        return nested_future(body.body, under)
+    if isinstance(body, n.And | n.Or):
+        return any(nested_future(p, under) for p in body.parts)
+    return False
+
+
+class DeferredAlwaysMonitor:
+    """Monitors ``always(Θ)`` whose Θ nests a future in a past or a future operator
+    (``once(eventually(χ))``, ``eventually(eventually(χ))``).
+
+    Such a body's value at a position can depend on the whole run, so the monitor keeps, per
+    event, which of the body's patterns held (one integer a position) and judges every position
+    when the run ends, by the same finite-trace rules as the other engines. Nothing is reported
+    before the end: the obligation stays open until then.
+    """
+
+    def __init__(self, body: n.Body) -> None:
+        self._body = body
+        self._leaves: list[n.Pattern] = []
+        _leaves(body, self._leaves)
+        self._tests = [CompiledPattern(p, (), binding=False) for p in self._leaves]
+        self._rows: list[int] = []
+
+    def pending(self, ev: Event, pos: int) -> tuple[tuple[int, ...], object]:
+        """Nothing fails before the end; the plan is the row of pattern outcomes."""
+        row = 0
+        for index, test in enumerate(self._tests):
+            if test.ground(ev):
+                row |= 1 << index
+        return NO_EVENTS, row
+
+    def apply(self, plan: object, pos: int) -> None:
+        self._rows.append(cast(int, plan))
+
+    def finish(self) -> tuple[int, ...]:
+        """Every position where the body is false over the whole run."""
+        values = self._value(self._body)
+        return tuple(i for i in range(1, len(self._rows) + 1) if not values[i])
+
+    def _value(self, body: n.Body) -> list[bool]:
+        """The body at positions 1..n (index 0 unused)."""
+        count = len(self._rows)
+        if isinstance(body, n.Pattern):
+            bit = 1 << _index_of(self._leaves, body)
+            return [False, *(bool(row & bit) for row in self._rows)]
+        if isinstance(body, n.Not):
+            return [not v for v in self._value(body.body)]
+        if isinstance(body, n.And | n.Or):
+            parts = [self._value(p) for p in body.parts]
+            join = all if isinstance(body, n.And) else any
+            return [False, *(join(p[i] for p in parts) for i in range(1, count + 1))]
+        child = self._value(body.body)
+        out = [False] * (count + 1)
+        if isinstance(body, n.Once):
+            if body.bound is None:
+                seen = False
+                for i in range(1, count + 1):
+                    out[i], seen = seen, seen or child[i]
+            else:
+                for i in range(1, count + 1):
+                    out[i] = any(child[j] for j in range(max(1, i - body.bound), i))
+            return out
+        later = False
+        for i in range(count, 0, -1):
+            out[i], later = later, later or child[i]
+        return out
+
+
+def _leaves(body: n.Body, out: list[n.Pattern]) -> None:
+    if isinstance(body, n.Pattern):
+        out.append(body)
+    elif isinstance(body, n.Not | n.Once | n.Eventually):
+        _leaves(body.body, out)
+    elif isinstance(body, n.And | n.Or):
+        for part in body.parts:
+            _leaves(part, out)
+
+
+def _index_of(items: list[n.Pattern], node: n.Pattern) -> int:
+    return next(i for i, item in enumerate(items) if item is node)

@@ -26,7 +26,7 @@ from typing import Literal, Protocol
 from callgate._errors import Problem, TemporalError
 from callgate._model import Event, Witness
 from callgate.temporal import _nodes as n
-from callgate.temporal._body import AlwaysMonitor
+from callgate.temporal._body import AlwaysMonitor, DeferredAlwaysMonitor, nested_future
 from callgate.temporal._forms import (
     AbsMonitor,
     BrespMonitor,
@@ -81,6 +81,8 @@ class CompiledStatement:
         """Fresh incremental state for one run."""
         st = self.statement
         if st.body is not None:
+            if nested_future(st.body):
+                return DeferredAlwaysMonitor(st.body)
             return AlwaysMonitor(st.body)
         patterns = tuple(
             CompiledPattern(p, st.variables, binding=i == 0) for i, p in enumerate(st.patterns)
@@ -249,7 +251,8 @@ def interest(statement: n.Statement) -> frozenset[str] | None:
     if statement.form == "bresp":
         return None
     if statement.body is not None:
-        return _body_interest(statement.body)
+        # a nested future is judged at the end over every event: none may be skipped
+        return None if nested_future(statement.body) else _body_interest(statement.body)
     actions: set[str] = set()
     for pattern in statement.patterns:
         named = pattern_actions(pattern)

@@ -3,8 +3,9 @@
 * A variable ties patterns together: it is bound by ``ARG = $x`` in a statement's first pattern
   and used (``ARG = $x`` or ``… contains $x``) in at least one other pattern. A variable seen
   in one pattern only, used before it is bound, or written inside an ``always`` body is an error.
-* ``eventually`` may not appear under ``once`` (the past of a future is not monitorable with
-  bounded state) nor under another ``eventually``; a body has at most ``MAX_EVENTUALLY`` of them.
+* A body has at most ``MAX_EVENTUALLY`` ``eventually`` operators, unless one is nested under
+  ``once`` or another ``eventually``: such a body is judged at the end of the run (see
+  ``_body.DeferredAlwaysMonitor``), with no truth table to bound.
 
 All problems of a statement are reported together.
 """
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 
 from callgate._errors import Problem, TemporalError
 from callgate.temporal import _nodes as n
+from callgate.temporal._body import nested_future
 
 #: The most ``eventually`` operators one ``always`` body may use (the monitor keeps a truth
 #: table over them, 2**MAX_EVENTUALLY bits per pending residual).
@@ -73,7 +75,8 @@ def _first_use(statement: n.Statement, var: str) -> n.Pos:
 def _body_problems(body: n.Body) -> list[Problem]:
     problems: list[Problem] = []
     eventually_count = 0
-    for node, under_once, under_eventually in _walk(body, False, False):
+    deferred = nested_future(body)  # judged at the end: no truth table, no limit
+    for node, _, _ in _walk(body, False, False):
         if isinstance(node, n.Pattern):
             for atom in node.atoms:
                 if isinstance(atom, n.VarEq | n.VarContains):
@@ -82,15 +85,7 @@ def _body_problems(body: n.Body) -> list[Problem]:
                         "with two patterns (prec, resp, bresp, rslv, until)", atom.pos))
         elif isinstance(node, n.Eventually):
             eventually_count += 1
-            if under_once:
-                problems.append(_problem(
-                    "eventually inside once is not supported: the monitor decides the past "
-                    "with bounded state", node.pos))
-            if under_eventually:
-                problems.append(_problem(
-                    "eventually inside eventually is not supported; write one eventually",
-                    node.pos))
-            if eventually_count == MAX_EVENTUALLY + 1:
+            if eventually_count == MAX_EVENTUALLY + 1 and not deferred:
                 problems.append(_problem(
                     f"an always body may use at most {MAX_EVENTUALLY} eventually operators",
                     node.pos))
