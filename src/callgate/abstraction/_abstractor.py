@@ -222,9 +222,9 @@ class Abstractor:
             return None
         return field_segments(output, source, declared.trusted_fields)
 
-    def preview(self, raw: Mapping[str, Any]) -> list[Event]:
+    def preview(self, raw: Mapping[str, Any], *, line: int | None = None) -> list[Event]:
         """The events ``raw`` would produce, numbered from ``next_seq``, without changing state."""
-        return self._events(raw, None)[0]
+        return self._events(raw, line)[0]
 
     def _events(
         self, raw: Mapping[str, Any], line: int | None

@@ -48,7 +48,7 @@ def evaluate_agentdojo(paths: Sequence[str | os.PathLike[str]],
     Raises ``TraceError`` naming the file and line of a run that cannot be read or judged, or
     whose suite has no policy.
     """
-    judges = {suite: Judge(loaded.policy, engine=engine) for suite, loaded in policies.items()}
+    judges = {suite: Judge(loaded, engine=engine) for suite, loaded in policies.items()}
     pairs: list[tuple[AgentDojoRun, Judgement]] = []
     for path in paths:
         pairs.extend(_judged(read_runs(path), judges))

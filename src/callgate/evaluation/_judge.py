@@ -27,6 +27,7 @@ from callgate.abstraction import (
     agentdojo_steps,
 )
 from callgate.abstraction._agentdojo import source_of
+from callgate.policy._loader import LoadedPolicy
 from callgate.policy._schema import Policy
 from callgate.temporal import BehaviorSet, Violation, compile_behavior
 
@@ -79,10 +80,15 @@ def declared_outputs(policy: Policy) -> dict[str, DeclaredOutput]:
 class Judge:
     """Judges runs against one policy's statements (one suite's policy)."""
 
-    def __init__(self, policy: Policy, *, engine: Engine = "incremental") -> None:
+    def __init__(self, policy: Policy | LoadedPolicy, *, engine: Engine = "incremental"
+                 ) -> None:
+        loaded = policy if isinstance(policy, LoadedPolicy) else None
+        policy = policy.policy if isinstance(policy, LoadedPolicy) else policy
         self.policy = policy
         self.engine = engine
-        self.behaviors: BehaviorSet = compile_behavior(policy.behavior)
+        # a loaded file's statements are reported where they are written
+        self.behaviors: BehaviorSet = compile_behavior(
+            policy.behavior, locate=loaded.rule_place if loaded is not None else None)
         self.outputs = declared_outputs(policy)
         self.output_bound = policy.run_state.observation_chars
 
@@ -112,7 +118,7 @@ class Judge:
                     abstractor.index_output(seq_of[step.result_of], step.output, source,
                                             source=source, tool=step.tool)
                 continue
-            made = abstractor.preview(step.raw)
+            made = abstractor.preview(step.raw, line=step.line)
             for event in made:
                 events[event.seq] = event
                 flags.extend(self._flags(monitor.check_pending(event), events, at_end=False))

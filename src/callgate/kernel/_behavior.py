@@ -71,13 +71,9 @@ def compile_for(policy: Policy, loaded: Any = None) -> BehaviorSet:
     """The policy's statements (errors at file:line:col when ``loaded`` knows the places) plus
     the built-in pack when ``run_state.behavioral_rules`` is on."""
     own = tuple(policy.behavior)
-    if own and loaded is not None and hasattr(loaded, "raw_span"):
+    if own and loaded is not None and hasattr(loaded, "rule_place"):
         # Compiled once more with places, so a bad statement is reported where it is written.
-        def locate(i: int) -> tuple[str, str, int, int] | None:
-            span = loaded.raw_span(("behavior", i, "rule"))
-            return None if span is None else (loaded.source, span[0], span[1], span[2])
-
-        compile_behavior(own, locate=locate)
+        compile_behavior(own, locate=loaded.rule_place)
     pack = builtin_pack() if policy.run_state.behavioral_rules else ()
     return _compiled(own + pack)
 

@@ -145,6 +145,12 @@ class LoadedPolicy:
         node = self._values.get(tuple(path))
         return None if node is None else _place(node.start_mark)
 
+    def rule_place(self, index: int) -> tuple[str, str, int, int] | None:
+        """Where behavior statement ``index``'s rule is written: (source, its text as written,
+        line, column), for ``compile_behavior(..., locate=...)``; None when unknown."""
+        span = self.raw_span(("behavior", index, "rule"))
+        return None if span is None else (self.source, span[0], span[1], span[2])
+
     def raw_span(self, path: NodePath) -> tuple[str, int, int] | None:
         """The scalar at ``path`` exactly as written, with the 1-based line/column it starts at.
 
