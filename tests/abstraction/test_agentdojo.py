@@ -7,12 +7,12 @@ import re
 from typing import Any
 
 import pytest
+from tests.evaluation.conftest import DEV, LATER, call, result, run, sample_runs
 
 from callgate import TraceError
 from callgate._model import DeclaredOutput
 from callgate.abstraction import abstract_agentdojo_run, agentdojo_steps, message_text
 from callgate.policy.packs import load_policy_set
-from tests.evaluation.conftest import DEV, LATER, call, result, run, sample_runs
 
 WEB = {"get_webpage": DeclaredOutput(frozenset({"web"})),
        "read_file": DeclaredOutput(frozenset({"retrieved-doc"}))}

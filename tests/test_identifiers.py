@@ -1,0 +1,55 @@
+"""Identifiers inside text: one normal form for every spelling, and no date or prose taken
+for one."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from callgate._identifiers import MAX_IDENTIFIERS, identifiers, normal_identifier
+
+
+@pytest.mark.parametrize(("spellings", "normal"), [
+    (["Mark.Black@Gmail.com", "mark.black@gmail.com"], "mark.black@gmail.com"),
+    (["https://WWW.Example.com/a/", "http://www.example.com/a", "www.example.com/a"],
+     "www.example.com/a"),
+    (["GB29 NWBK 6016 1331 9268 19", "GB29NWBK60161331926819"], "GB29NWBK60161331926819"),
+    (["+1 (555) 123-4567", "+1 555 123 4567"], "+15551234567"),
+    (["Report-Q3.DOCX", "report-q3.docx"], "report-q3.docx"),
+])
+def test_every_spelling_of_an_identifier_has_one_normal_form(spellings: list[str],
+                                                              normal: str) -> None:
+    for spelling in spellings:
+        assert normal_identifier(spelling) == normal
+        assert identifiers(f"see {spelling}, please") == [normal]
+
+
+@pytest.mark.parametrize("text", ["2024-05-13", "2024-05-30 10:20", "12:30", "1000.0",
+                                  "hello world", "e.g. this", "13", "version 1.2.3"])
+def test_dates_numbers_and_prose_are_not_identifiers(text: str) -> None:
+    assert identifiers(text) == [] and normal_identifier(text) is None
+
+
+def test_a_host_run_into_the_next_sentence_is_found_with_and_without_it() -> None:
+    assert identifiers("post to www.our-company.com.They sent it") == [
+        "www.our-company.com.they", "www.our-company.com"]
+
+
+def test_a_text_gives_at_most_the_bound_of_identifiers() -> None:
+    text = " ".join(f"user{i}@x.example" for i in range(MAX_IDENTIFIERS * 2))
+    assert len(identifiers(text)) == MAX_IDENTIFIERS
+
+
+_LABEL = st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True)
+
+
+@given(st.lists(_LABEL, min_size=2, max_size=4), st.sampled_from(["com", "org", "io", "net"]),
+       st.sampled_from(["", "http://", "https://", "HTTPS://"]), st.booleans(), st.booleans())
+def test_a_normal_form_is_its_own_normal_form(labels: list[str], tld: str, scheme: str,
+                                             upper: bool, slash: bool) -> None:
+    host = ".".join([*labels, tld])
+    written = scheme + (host.upper() if upper else host) + ("/" if slash else "")
+    normal = normal_identifier(written)
+    assert normal == host
+    assert normal_identifier(normal) == normal and identifiers(normal) == [normal]
