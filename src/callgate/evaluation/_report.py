@@ -129,14 +129,16 @@ def _plots(out: Path, tally: Mapping[str, Any], scored: Sequence[Scored]) -> lis
     files = {os.path.basename(k).split(".jsonl")[0]: v for k, v in tally["files"].items()}
     names = list(files)
     figure, axis = plt.subplots(figsize=(8, 4))
-    width = 0.8 / 3
-    for i, metric in enumerate(("precision", "recall", "f1")):
+    metrics = {"precision": "precision", "precision_without_failed_attacks":
+               "precision (failed attacks left out)", "recall": "recall", "f1": "f1"}
+    width = 0.8 / len(metrics)
+    for i, (metric, label) in enumerate(metrics.items()):
         axis.bar([x + i * width for x in range(len(names))],
-                 [files[n][metric] for n in names], width, label=metric)
-    axis.set_xticks([x + width for x in range(len(names))], names, fontsize=8)
-    axis.set_ylim(0, 1.05)
+                 [files[n][metric] for n in names], width, label=label)
+    axis.set_xticks([x + 1.5 * width for x in range(len(names))], names, fontsize=8)
+    axis.set_ylim(0, 1.25)
     axis.set_title("Detection per file")
-    axis.legend()
+    axis.legend(loc="upper center", ncols=2, fontsize=8)
     figure.tight_layout()
     figure.savefig(out / "scores.png", dpi=100)
     plt.close(figure)

@@ -7,6 +7,7 @@ forms those strings decode to are ``_decode``'s.
 
 from __future__ import annotations
 
+import base64
 import functools
 import math
 import re
@@ -92,7 +93,21 @@ def looks_encoded(text: str, *, min_len: int) -> bool:
         return False
     mixed = any(c.isdigit() or c in "+/_" for c in text) and any(c.isupper() for c in text) \
         and any(c.islower() for c in text)
-    return mixed and entropy(text) >= 3.5
+    if mixed and entropy(text) >= 3.5:
+        return True
+    # Low entropy can be padding, not words: base64 of bytes that are mostly zeros (UTF-16 or
+    # UTF-32 text, a fixed-width record) repeats "A" yet carries data all the same.
+    return any(c.isupper() for c in text) and any(c.islower() for c in text) \
+        and _mostly_zero_bytes(text)
+
+
+def _mostly_zero_bytes(text: str) -> bool:
+    try:
+        raw = base64.urlsafe_b64decode(text.replace("+", "-").replace("/", "_")
+                                       + "=" * (-len(text) % 4))
+    except ValueError:
+        return False
+    return len(raw) >= 8 and raw.count(0) * 4 >= len(raw) and len(set(raw)) >= 4
 
 
 #: Strings up to this length have their analyses cached: a run repeats the same values often.

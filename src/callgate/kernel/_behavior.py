@@ -129,14 +129,15 @@ class RunBehavior:
                  descriptions: Mapping[str, str] | None = None,
                  flow_statements: frozenset[str] = frozenset(),
                  outputs: Mapping[str, DeclaredOutput] | None = None,
-                 provenance: bool = False) -> None:
+                 provenance: bool = False, observation_chars: int = 65_536) -> None:
         self._monitor: Monitor = behaviors.monitor()
         # statements about value flow: their witness also names where the values came from
         self._flow_statements = flow_statements
         # With no statement there is nothing to judge: calls are not even abstracted.
         self._idle = len(behaviors) == 0
         self._descriptions = dict(descriptions or {})
-        self._abstractor = _abstractor(working_dir, outputs or {}, provenance)
+        self._abstractor = _abstractor(working_dir, outputs or {}, provenance,
+                                       observation_chars)
         self._next = 1
         # The events of the last pending call as checked: committed as they are when nothing
         # about the call changed, so neither the abstraction nor the monitors redo the work.
@@ -238,13 +239,14 @@ def _augment(events: list[Event], extra: Mapping[str, Any], taint: frozenset[str
     return out
 
 
-def _abstractor(working_dir: str, outputs: Mapping[str, DeclaredOutput], provenance: bool
-                ) -> Abstractor | None:
+def _abstractor(working_dir: str, outputs: Mapping[str, DeclaredOutput], provenance: bool,
+                observation_chars: int) -> Abstractor | None:
     try:
         from callgate.abstraction import Abstractor
     except ImportError:  # the abstraction extra is optional: calls then map to one event each
         return None
-    return Abstractor(working_dir=working_dir, outputs=outputs, provenance=provenance)
+    return Abstractor(working_dir=working_dir, outputs=outputs, provenance=provenance,
+                      output_bound=observation_chars)
 
 
 def _plain_event(raw: Mapping[str, Any], seq: int) -> Event:
@@ -255,5 +257,5 @@ def _plain_event(raw: Mapping[str, Any], seq: int) -> Event:
         args = dict(raw.get("parameters", {}))
         action = str(raw.get("tool", ""))
     return Event(action=action, args=args, status=raw.get("status", "ok"),
-                 output=str(raw.get("output", ""))[:4096], seq=seq)
+                 output=str(raw.get("output", ""))[:65_536], seq=seq)
 

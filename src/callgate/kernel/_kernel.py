@@ -171,7 +171,8 @@ class Kernel:
             compile_for(self.policy, None if isinstance(policy, Policy) else policy),
             working_dir=self.working_dir, descriptions=descriptions_for(self.policy),
             flow_statements=flow_statements(self.policy), outputs=self._outputs,
-            provenance=uses_provenance(self.policy))
+            provenance=uses_provenance(self.policy),
+            observation_chars=self.policy.run_state.observation_chars)
         self._limiter = RateLimiter()
         self._tokens = TokenBook()
         self._approval = approval_handler
