@@ -54,9 +54,10 @@ def table(result: Measurement) -> list[str]:
     lines = ["| suite | utility kept (goal: wherever ground truth has it) "
              "| benign calls denied (goal 0) "
              "| injection calls blocked (goal: all) "
+             "| of them, the calls that change something "
              "| attacks failed (AgentDojo check; of them, with nothing blocked) "
              "| text-only injections | utility under attack | benign denied under attack |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     rows: list[tuple[str, SuiteFigures]] = [*result.suites.items(), ("total", result.total())]
     for name, f in rows:
         lines.append(
@@ -64,6 +65,7 @@ def table(result: Measurement) -> list[str]:
             f"{_mark(f.utility_lost == 0)} "
             f"| {f.benign_denied}/{f.benign_calls} {_mark(f.benign_denied == 0)} "
             f"| {f.injection_blocked}/{f.injection_calls} {_mark(f.security_goal_met)} "
+            f"| {f.injection_effects_blocked}/{f.injection_effects} "
             f"| {f.attack_failed}/{f.pairs} ({f.failed_unblocked}) | {f.text_only_pairs} "
             f"| {f.utility_under_attack}/{f.pairs} "
             f"| {f.benign_denied_under_attack}/{f.benign_calls_under_attack} |")

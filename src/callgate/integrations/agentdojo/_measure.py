@@ -100,9 +100,21 @@ class RunRecord:
     violations: tuple[str, ...] = ()
     baseline_utility: bool | None = None
 
-    def count(self, role: Role, *, denied: bool = False) -> int:
-        """The calls of ``role`` (only the denied ones with ``denied``)."""
-        return sum(1 for c in self.calls if c.role == role and (not denied or not c.ran))
+    def count(self, role: Role, *, denied: bool = False, effects: bool = False) -> int:
+        """The calls of ``role`` (only the denied ones with ``denied``; only the calls that
+        change something with ``effects``)."""
+        return sum(1 for c in self.calls if c.role == role and (not denied or not c.ran)
+                   and (not effects or has_effect(c.function)))
+
+
+#: AgentDojo names its read-only tools with these prefixes (get_, read_, search_, list_,
+#: check_); every other tool sends, writes, books, invites or deletes something.
+READ_PREFIXES = ("get_", "read_", "search_", "list_", "check_")
+
+
+def has_effect(function: str) -> bool:
+    """Whether an AgentDojo tool changes something (its name is not one of a read)."""
+    return not function.startswith(READ_PREFIXES)
 
 
 @dataclass
@@ -119,6 +131,8 @@ class SuiteFigures:
     pairs: int = 0
     injection_calls: int = 0
     injection_blocked: int = 0
+    injection_effects: int = 0
+    injection_effects_blocked: int = 0
     attack_failed: int = 0
     failed_unblocked: int = 0
     text_only_pairs: int = 0
@@ -144,6 +158,8 @@ class SuiteFigures:
         self.text_only_pairs += run.count("injection") == 0
         self.injection_calls += run.count("injection")
         self.injection_blocked += run.count("injection", denied=True)
+        self.injection_effects += run.count("injection", effects=True)
+        self.injection_effects_blocked += run.count("injection", denied=True, effects=True)
         self.utility_under_attack += run.utility
         self.benign_calls_under_attack += run.count("benign")
         self.benign_denied_under_attack += run.count("benign", denied=True)
