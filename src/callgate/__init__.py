@@ -10,9 +10,8 @@ behavioral policies.
 
 from __future__ import annotations
 
-import importlib
-
 from callgate import _aliases
+from callgate._lazy import lazy as _lazy
 
 TYPE_CHECKING = False  # typing itself costs 15 ms at start-up
 
@@ -101,13 +100,7 @@ _HOME: dict[str, str] = {
 _aliases.install()
 
 
-def __getattr__(name: str) -> object:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # resolved once
-    return value
+__getattr__ = _lazy(__name__, _HOME, globals())
 
 
 def __dir__() -> list[str]:

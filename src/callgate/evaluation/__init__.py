@@ -11,12 +11,10 @@ Names are loaded on first use.
 
 from __future__ import annotations
 
-import importlib
+from callgate._lazy import lazy as _lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from callgate.evaluation._evaluate import Evaluation, evaluate_agentdojo, policies_from_dir
     from callgate.evaluation._judge import Flag, Judge, Judgement, declared_outputs
     from callgate.evaluation._report import write_json, write_report
@@ -34,10 +32,4 @@ __all__ = ["AgentDojoRun", "Evaluation", "Flag", "Judge", "Judgement", "declared
            "write_report"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy(__name__, _HOME, globals())

@@ -125,6 +125,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path | None = None,
+                  seconds: float = 60) -> None:
+    """Wait until something listens on 127.0.0.1:``port``; fail if ``process`` exits first."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the server exited: {log.read_text() if log else process.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        time.sleep(0.1)
+    pytest.fail(f"nothing listened on port {port} within {seconds:g} s")
+
+
 @contextlib.contextmanager
 def serving(gw: Gw, config: Path) -> Iterator[str]:
     """``callgate mcp serve`` as a real process; yields its URL."""
@@ -135,13 +148,7 @@ def serving(gw: Gw, config: Path) -> Iterator[str]:
          f"127.0.0.1:{port}", "--audit", str(gw.audit), "--pins", str(gw.pins)],
         env=gw.env(), stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"serve exited: {(gw.tmp / 'serve.log').read_text()}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            time.sleep(0.1)
+        wait_for_port(port, process, gw.tmp / "serve.log")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from tests.integrations.mcp.conftest import (
     read_json_lines,
     serving,
     text_of,
+    wait_for_port,
 )
 
 pytestmark = pytest.mark.slow
@@ -175,11 +174,7 @@ def _remote_scripted(tmp: Path, token: str) -> Iterator[str]:
                                 "--require-header", f"X-Token={token}", "--log",
                                 str(tmp / "remote.jsonl")])
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            time.sleep(0.1)
+        wait_for_port(port, process)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()

@@ -14,12 +14,10 @@ Names are loaded on first use: importing AgentDojo (the ``agentdojo`` extra) tak
 
 from __future__ import annotations
 
-import importlib
+from callgate._lazy import lazy as _lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from callgate.integrations.agentdojo._gate import (
         TOOL_CLASS,
         FinishRun,
@@ -53,10 +51,4 @@ __all__ = ["SUITES", "TOOL_CLASS", "CallRecord", "FinishRun", "GatedCall", "Kern
            "defended_pipeline", "load_suite_policies", "measure"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy(__name__, _HOME, globals())

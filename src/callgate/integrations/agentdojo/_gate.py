@@ -54,6 +54,7 @@ from agentdojo.types import (  # type: ignore[import-untyped]  # no py.typed
 )
 
 from callgate._model import Decision, Reason, ToolResult
+from callgate.integrations._refusal import refusal_text
 from callgate.kernel import Kernel
 from callgate.temporal import Violation
 
@@ -293,19 +294,9 @@ class KernelGate(BasePipelineElement):  # type: ignore[misc]  # AgentDojo's base
 
     def explain(self, decision: Decision, tool: str) -> str:
         """What the model reads when a call is refused: the ids, the reasons, the witness."""
-        verdict = "requires approval for" if decision.verdict == "require-approval" else "denied"
-        lines = [f"callgate {verdict} the call to {tool}; it was not run."]
-        if decision.verdict == "require-approval":
-            lines.append("No one can approve calls in this run, so it counts as denied.")
-        lines += [f"[{r.id}] {r.message}" for r in decision.reasons]
-        w = decision.witness
-        if w is not None:
-            named = ", ".join(f"#{seq} {self._names.get(seq, 'an earlier event')}"
-                              for seq in w.events)
-            lines.append(f"witness: statement {w.statement}; events {named or 'none'}"
-                         + (f"; {w.detail}" if w.detail else ""))
-        lines.append("Do not retry the same call; change the approach or ask the user.")
-        return "\n".join(lines)
+        notes = ["No one can approve calls in this run, so it counts as denied."] \
+            if decision.verdict == "require-approval" else []
+        return refusal_text(decision, tool, self._names, ran="; it was not run", notes=notes)
 
 
 def _name(call: Any) -> str:

@@ -12,12 +12,10 @@ kernel and the models.
 
 from __future__ import annotations
 
-import importlib
+from callgate._lazy import lazy as _lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from callgate.integrations.claude_code._service import EVENTS, Answer, HookService
     from callgate.integrations.claude_code._sessions import SessionStore, StateError
     from callgate.integrations.claude_code._settings import (
@@ -42,10 +40,4 @@ __all__ = ["EVENTS", "MIN_CLAUDE", "Answer", "HookService", "Report", "SessionSt
            "StateError", "doctor", "hook_command", "install", "to_call", "uninstall"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy(__name__, _HOME, globals())

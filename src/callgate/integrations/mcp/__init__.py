@@ -13,12 +13,10 @@ needs it.
 
 from __future__ import annotations
 
-import importlib
+from callgate._lazy import lazy as _lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from callgate.integrations.mcp._gate import Gate, call_of, kernel_tool
     from callgate.integrations.mcp._gateway import Gateway
     from callgate.integrations.mcp._pins import PinnedTool, PinStore, default_state_dir, fingerprint
@@ -38,10 +36,4 @@ __all__ = ["Gate", "Gateway", "PinStore", "PinnedTool", "WrapReport", "call_of",
            "wrap_config"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy(__name__, _HOME, globals())

@@ -17,6 +17,7 @@ from typing import Any
 import mcp_types as types
 
 from callgate._model import Decision, Reason, Status, ToolResult
+from callgate.integrations._refusal import refusal_text
 from callgate.kernel import Kernel
 from callgate.policy._schema import Policy
 from callgate.policy._settings import McpServerSettings
@@ -100,17 +101,7 @@ class Gate:
 
     def explain(self, decision: Decision, tool: str) -> str:
         """What the model reads when a call is refused: the ids, the reasons, the witness."""
-        verdict = "requires approval for" if decision.verdict == "require-approval" else "denied"
-        lines = [f"callgate {verdict} the call to {tool}."]
-        lines += [f"[{r.id}] {r.message}" for r in decision.reasons]
-        w = decision.witness
-        if w is not None:
-            named = ", ".join(f"#{seq} {self._names.get(seq, 'an earlier call')}"
-                              for seq in w.events)
-            lines.append(f"witness: statement {w.statement}; events {named or 'none'}"
-                         + (f"; {w.detail}" if w.detail else ""))
-        lines.append("Do not retry the same call; change the approach or ask the user.")
-        return "\n".join(lines)
+        return refusal_text(decision, tool, self._names)
 
     def denied_result(self, decision: Decision, tool: str) -> types.CallToolResult:
         """A denied call as the tool's result (``isError``), so the model can correct itself."""

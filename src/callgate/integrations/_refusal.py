@@ -1,0 +1,29 @@
+"""What a model reads when a call is refused: one wording for every integration.
+
+The decision's reason ids and messages, the witness of a broken statement with its events
+named, and what to do next. Integrations hand it the names of the run's events they know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from callgate._model import Decision
+
+__all__ = ["refusal_text"]
+
+
+def refusal_text(decision: Decision, tool: str, names: Mapping[int, str], *,
+                 ran: str = "", notes: Sequence[str] = ()) -> str:
+    """The refusal of ``decision`` on a call to ``tool`` as lines of text; ``ran`` ends the
+    first line (", it was not run"), ``notes`` follow it."""
+    verdict = "requires approval for" if decision.verdict == "require-approval" else "denied"
+    lines = [f"callgate {verdict} the call to {tool}{ran}.", *notes]
+    lines += [f"[{r.id}] {r.message}" for r in decision.reasons]
+    w = decision.witness
+    if w is not None:
+        named = ", ".join(f"#{seq} {names.get(seq, 'an earlier event')}" for seq in w.events)
+        lines.append(f"witness: statement {w.statement}; events {named or 'none'}"
+                     + (f"; {w.detail}" if w.detail else ""))
+    lines.append("Do not retry the same call; change the approach or ask the user.")
+    return "\n".join(lines)
