@@ -194,3 +194,16 @@ def test_a_violation_becomes_a_decision_witness() -> None:
     witness = monitor.check_pending(_ev("rm"))[0].witness()
     assert (witness.statement, witness.events) == ("s", (1,))
     assert "forbidden" in witness.detail
+
+
+def test_merging_many_offending_events_keeps_them_all_and_bounds_the_message() -> None:
+    from callgate.temporal import Violation, merge_violations
+
+    many = [Violation("s", "block", (i,), f"event {i} matches a forbidden pattern")
+            for i in range(12_800, 0, -1)]
+    (merged,) = merge_violations(many, ["s"])
+    assert merged.events == tuple(range(1, 12_801))
+    assert len(merged.message) < 2_000 and merged.message.endswith("and 12780 more")
+    unknown = Violation("s", "block", (5,), "solver gave up", "unknown")
+    (decided,) = merge_violations([*many[:3], unknown], ["s"])
+    assert decided.kind == "unknown" and decided.events == (5, 12_798, 12_799, 12_800)

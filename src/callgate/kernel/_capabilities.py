@@ -65,21 +65,39 @@ def _check_path_constraint(call: ToolCall, c: CapabilityConstraints,
 
 
 class RateLimiter:
-    """Calls per minute, per grant, over a sliding 60-second window."""
+    """Calls per minute, per grant, over a sliding 60-second window.
+
+    Memory is bounded by the limits in force: a grant's window keeps at most its limit of
+    timestamps, pruned of those older than a minute on every use; a grant without a limit keeps
+    none.
+    """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._hits: dict[int, deque[float]] = {}
 
     def full(self, key: int, limit: int) -> bool:
-        now = self._clock()
-        hits = self._hits.setdefault(key, deque())
-        while hits and now - hits[0] >= 60.0:
-            hits.popleft()
+        hits = self._hits.get(key)
+        if hits is None:
+            return False
+        self._prune(hits, self._clock())
         return len(hits) >= limit
 
-    def hit(self, key: int) -> None:
-        self._hits.setdefault(key, deque()).append(self._clock())
+    def hit(self, key: int, limit: int) -> None:
+        """Count a call against grant ``key``, whose limit is ``limit`` calls a minute."""
+        now = self._clock()
+        hits = self._hits.setdefault(key, deque(maxlen=limit))
+        self._prune(hits, now)
+        hits.append(now)
+
+    @staticmethod
+    def _prune(hits: deque[float], now: float) -> None:
+        while hits and now - hits[0] >= 60.0:
+            hits.popleft()
+
+    def size(self) -> int:
+        """How many timestamps are kept in all (for tests of the bound)."""
+        return sum(len(h) for h in self._hits.values())
 
 
 def check_grants(call: ToolCall, grants: Sequence[Capability], working_dir: str,

@@ -682,7 +682,9 @@ class Kernel:
             self._after_deny(any(r.check == "capability" for r in decision.reasons))
         else:
             if effects.grant is not None:
-                self._limiter.hit(effects.grant)
+                limit = self._grants[effects.grant].constraints.max_calls_per_minute
+                if limit is not None:  # only a grant with a limit keeps a window
+                    self._limiter.hit(effects.grant, limit)
             self._tokens.use(call)
             self._invoked[call.tool] += 1
         return self._account(decision)

@@ -170,7 +170,10 @@ def restore(kernel: Kernel, data: bytes) -> None:
     kernel._state.counters = state["counters"]
     kernel._state.quarantine = state["quarantine"]
     kernel._taint.absorb(TaintLabel(**label) for label in state["taint"])
-    kernel._limiter._hits = {k: collections.deque(v) for k, v in state["limiter"].items()}
+    kernel._limiter._hits = {
+        k: collections.deque(v, maxlen=kernel._grants[k].constraints.max_calls_per_minute)
+        for k, v in state["limiter"].items()
+        if k < len(kernel._grants) and kernel._grants[k].constraints.max_calls_per_minute}
     kernel._tokens._tokens = state["tokens"]
     kernel._invoked = collections.Counter(state["invoked"])
     kernel._completed = collections.Counter(state["completed"])

@@ -107,29 +107,42 @@ def merge_violations(violations: Sequence[Violation], order: Sequence[str]) -> l
     """One violation per statement (events united, sorted), in ``order``.
 
     An ``unknown`` of a statement wins over its violations: the statement was not decided.
+    Linear in the number of violations: each statement's events and distinct messages are
+    gathered first and joined once.
     """
-    merged: dict[str, Violation] = {}
+    firsts: dict[str, Violation] = {}
+    unknowns: dict[str, Violation] = {}
+    events: dict[str, set[int]] = {}
+    messages: dict[str, dict[str, None]] = {}
     for v in violations:
-        seen = merged.get(v.statement)
-        if seen is None:
-            merged[v.statement] = v
+        firsts.setdefault(v.statement, v)
+        if v.kind == "unknown":
+            unknowns.setdefault(v.statement, v)
+        events.setdefault(v.statement, set()).update(v.events)
+        if v.kind != "unknown":
+            messages.setdefault(v.statement, {}).setdefault(v.message, None)
+    merged: list[Violation] = []
+    for statement, first in firsts.items():
+        united = tuple(sorted(events[statement]))
+        unknown = unknowns.get(statement)
+        if unknown is not None:
+            merged.append(dataclasses.replace(unknown, events=united))
             continue
-        events = tuple(sorted(set(seen.events) | set(v.events)))
-        if seen.kind == "unknown" or v.kind == "unknown":
-            unknown = seen if seen.kind == "unknown" else v
-            merged[v.statement] = dataclasses.replace(unknown, events=events)
-        else:
-            merged[v.statement] = dataclasses.replace(
-                seen, events=events, message=_merged_message(seen, v)
-            )
+        texts = list(messages.get(statement, {}))
+        message = texts[0] if len(texts) == 1 else _joined(texts)
+        merged.append(dataclasses.replace(first, events=united, message=message))
     rank = {ident: i for i, ident in enumerate(order)}
-    return sorted(merged.values(), key=lambda v: rank.get(v.statement, len(rank)))
+    return sorted(merged, key=lambda v: rank.get(v.statement, len(rank)))
 
 
-def _merged_message(first: Violation, second: Violation) -> str:
-    return first.message if first.message == second.message else (
-        f"{first.message}; {second.message}"
-    )
+#: Distinct messages quoted in one merged violation; the rest are counted.
+MAX_MERGED_MESSAGES = 20
+
+
+def _joined(texts: list[str]) -> str:
+    shown = "; ".join(texts[:MAX_MERGED_MESSAGES])
+    extra = len(texts) - MAX_MERGED_MESSAGES
+    return shown if extra <= 0 else f"{shown}; … and {extra} more"
 
 
 def compile_behavior(
