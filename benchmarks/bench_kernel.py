@@ -19,7 +19,7 @@ from callgate.policy._loader import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
-N = 20_000
+N = int(__import__("os").environ.get("BENCH_N", "20000"))
 
 # A well-behaved run: allowed reads of the web and of ./data, and a denied request. (A shell
 # call after the fetch would rightly quarantine the run, and the benchmark would then measure

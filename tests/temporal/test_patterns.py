@@ -9,8 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate._model import Event
-from callgate.temporal import OBSERVATION_LIMIT, parse_statement
-from callgate.temporal._patterns import CompiledPattern, Glob, observe, text_of, value_key
+from callgate.policy._schema import BehaviorStatement
+from callgate.temporal import OBSERVATION_LIMIT, compile_behavior, parse_statement
+from callgate.temporal._patterns import (
+    CompiledPattern,
+    Glob,
+    GlobSet,
+    observe,
+    text_of,
+    value_key,
+)
 
 
 def _holds(pattern: str, ev: Event) -> bool:
@@ -113,3 +121,28 @@ def _reference(pattern: str) -> re.Pattern[str]:
 @given(pattern=st.text("ab*?/", max_size=7), text=st.text("ab/", max_size=9))
 def test_glob_agrees_with_a_regular_expression_reading(pattern: str, text: str) -> None:
     assert Glob(pattern).matches(text) == bool(_reference(pattern).fullmatch(text))
+
+
+_GLOB_ALPHABET = "ab*?/.\\()[]|$^+{}\n\u00e9\ud800"
+
+
+@settings(max_examples=600, deadline=None)
+@given(patterns=st.lists(st.text(_GLOB_ALPHABET, max_size=6), min_size=1, max_size=4),
+       text=st.text("ab/.\\()[]|$\n\u00e9\ud800", max_size=8))
+def test_a_set_of_patterns_matches_exactly_when_one_of_them_does(patterns: list[str],
+                                                                  text: str) -> None:
+    # regular-expression syntax and lone surrogates in patterns or text are literal characters
+    assert GlobSet(patterns).matches(text) == any(Glob(p).matches(text) for p in patterns)
+
+
+def test_a_disjunction_of_patterns_on_one_argument_decides_as_its_parts() -> None:
+    behavior = compile_behavior([BehaviorStatement(id="s", rule=(
+        'always(not (action = exec and (cmd ~ "rm *" or cmd ~ "curl*|*" or cmd ~ "*.sh")))'))])
+
+    def violated(cmd: object) -> bool:
+        return bool(behavior.monitor().check_pending(Event(action="exec", args={"cmd": cmd})))
+
+    assert violated("rm -rf /") and violated("curl x | sh") and violated("a.sh")
+    assert not violated("ls") and not violated("curl x") and not violated(["rm", "x"])
+    assert violated("rm \ud800")  # a text RE2 cannot read falls back to the patterns
+    assert not violated("ls \ud800")

@@ -19,7 +19,7 @@ from typing import cast
 from callgate._model import Event
 from callgate.temporal import _nodes as n
 from callgate.temporal._forms import NO_EVENTS
-from callgate.temporal._patterns import CompiledPattern
+from callgate.temporal._patterns import CompiledPattern, GlobSet, links_of, text_of
 
 Eval = Callable[[Event, int], int]
 _NONE: list[int] = []
@@ -53,9 +53,12 @@ class AlwaysMonitor:
         if isinstance(body, n.Not):
             child = self._compile(body.body)
             return lambda ev, pos: full ^ child(ev, pos)
-        if isinstance(body, n.And | n.Or):
-            return _junction([self._compile(p) for p in body.parts], isinstance(body, n.And),
-                             full)
+        if isinstance(body, n.Or):
+            parts, fused = _fuse(body.parts)
+            children = [self._compile(p) for p in parts] + [_fused(f, full) for f in fused]
+            return children[0] if len(children) == 1 else _junction(children, False, full)
+        if isinstance(body, n.And):
+            return _junction([self._compile(p) for p in body.parts], True, full)
         if isinstance(body, n.Once):
             return self._once(body)
         atom = self._atoms[_index(self._eventually, body)]
@@ -118,6 +121,45 @@ class AlwaysMonitor:
             if table >> (assignment | bit) & 1:
                 result |= 1 << assignment
         return result
+
+
+def _fuse(parts: tuple[n.Body, ...]) -> tuple[list[n.Body], list[tuple[str, list[str]]]]:
+    """The parts of a disjunction, with every group of two or more ``ARG ~ "p"`` leaves on one
+    argument taken out as (ARG, patterns): the group is then matched in one pass."""
+    by_arg: dict[str, list[str]] = {}
+    for part in parts:
+        glob = _plain_glob(part)
+        if glob is not None:
+            by_arg.setdefault(glob[0], []).append(glob[1])
+    fused = {arg: patterns for arg, patterns in by_arg.items() if len(patterns) > 1}
+    rest = [p for p in parts if (g := _plain_glob(p)) is None or g[0] not in fused]
+    return rest, list(fused.items())
+
+
+def _plain_glob(part: n.Body) -> tuple[str, str] | None:
+    """(ARG, pattern) of a leaf that is exactly ``ARG ~ "p"`` on a plain argument."""
+    if not isinstance(part, n.Pattern) or len(part.atoms) != 1:
+        return None
+    atom = part.atoms[0]
+    if not isinstance(atom, n.TextMatch) or atom.negated or atom.casefold or atom.arg is None \
+            or links_of(atom.arg) is not None:
+        return None
+    return atom.arg, atom.pattern
+
+
+def _fused(group: tuple[str, list[str]], full: int) -> Eval:
+    arg, patterns = group
+    globs = GlobSet(patterns)
+    missing = object()
+
+    def either(ev: Event, pos: int) -> int:
+        value = ev.args.get(arg, missing)
+        if value is missing:
+            return 0
+        return full if globs.matches(value if isinstance(value, str) else text_of(value)) \
+            else 0
+
+    return either
 
 
 def _junction(children: list[Eval], conjunction: bool, full: int) -> Eval:

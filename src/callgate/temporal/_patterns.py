@@ -28,8 +28,10 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
+
+import re2  # google-re2 ships no type information (ignore_missing_imports in pyproject)
 
 from callgate._identifiers import identifiers, normal_identifier
 from callgate._model import Event
@@ -151,6 +153,48 @@ class Glob:
         return True
 
 
+def glob_regex(pattern: str) -> str:
+    """The regular expression (RE2 syntax) a text pattern means over a whole text: ``*`` any
+    run of characters, ``?`` one, every other character itself."""
+    parts = []
+    for char in pattern:
+        if char == "*":
+            parts.append(".*")
+        elif char == "?":
+            parts.append(".")
+        elif char.isascii() and (char.isalnum() or char == "_"):
+            parts.append(char)
+        else:
+            parts.append(f"\\x{{{ord(char):x}}}")
+    return "".join(parts)
+
+
+class GlobSet:
+    """Several text patterns at once: whether a text matches any of them, in one linear pass
+    of RE2 (a disjunction of ``ARG ~ "p"`` conditions on one argument). A text RE2 cannot
+    take (a lone surrogate, which JSON admits) is matched pattern by pattern instead."""
+
+    __slots__ = ("_globs", "_regex")
+
+    def __init__(self, patterns: Sequence[str], *, casefold: bool = False) -> None:
+        self._globs = tuple(Glob(p, casefold=casefold) for p in patterns)
+        flags = "(?si)" if casefold else "(?s)"
+        alternatives = "|".join(f"(?:{glob_regex(p)})" for p in patterns)
+        try:
+            self._regex: Any = re2.compile(f"{flags}(?:{alternatives})")
+        except (re2.error, UnicodeError, ValueError):  # a surrogate, or past RE2's memory
+            self._regex = None
+
+    def matches(self, text: str) -> bool:
+        """Whether the whole of ``text`` matches one of the patterns."""
+        if self._regex is not None:
+            try:
+                return self._regex.fullmatch(text) is not None
+            except UnicodeError:
+                pass
+        return any(glob.matches(text) for glob in self._globs)
+
+
 class _Segment:
     """A literal run of a glob, where ``?`` stands for any one character."""
 
@@ -229,9 +273,10 @@ def _each(atom: n.Each) -> Test:
     # the condition reads each element as the value of a stand-in argument
     one = atom_test(dataclasses.replace(inner, arg=_ELEMENT))
     every = atom.quantifier == "all"
+    read = reader(arg)
 
     def test(ev: Event) -> bool:
-        value = argument(ev, arg)
+        value = read(ev)
         if value is _MISSING:
             return False
         items = value if isinstance(value, list | tuple) else [value]
@@ -261,37 +306,59 @@ def links_of(arg: str) -> str | None:
 def argument(ev: Event, arg: str) -> object:
     """The value an atom on ``arg`` reads: the argument, or for ``links(ARG)`` the list of
     identifiers in ARG's text (normal forms); ``_MISSING`` when the event lacks ARG."""
+    return reader(arg)(ev)
+
+
+Reader = Callable[[Event], object]
+
+
+def reader(arg: str) -> Reader:
+    """The function that reads ``arg`` of an event (decided once, when the atom compiles)."""
     inner = links_of(arg)
     if inner is None:
-        return ev.args.get(arg, _MISSING)
-    value = ev.args.get(inner, _MISSING)
-    if value is _MISSING:
-        return _MISSING
-    return identifiers(text_of(value))
+        return lambda ev: ev.args.get(arg, _MISSING)
+
+    def links(ev: Event) -> object:
+        value = ev.args.get(inner, _MISSING)
+        return _MISSING if value is _MISSING else identifiers(text_of(value))
+
+    return links
 
 
 def _arg_in(atom: n.ArgIn) -> Test:
-    arg, values, negated = atom.arg, atom.values, atom.negated
+    read, negated = reader(atom.arg), atom.negated
+    strings = frozenset(v for v in atom.values if isinstance(v, str))
+    numbers = tuple(v for v in atom.values if not isinstance(v, str))
+    # identifiers among the literals compare in their normal form; only they need it
+    normals = frozenset(normal_text(v) for v in strings if normal_identifier(v) is not None)
 
     def test(ev: Event) -> bool:
-        value = argument(ev, arg)
+        value = read(ev)
         if value is _MISSING:
             return False
-        return any(literal_matches(v, value) for v in values) != negated
+        if isinstance(value, str):
+            found = value in strings or (bool(normals) and normal_text(value) in normals)
+        else:
+            found = False
+        if not found and numbers:
+            number = as_number(value)
+            found = number is not None and number in numbers
+        return found != negated
 
     return test
 
 
 def _text_match(atom: n.TextMatch) -> Test:
-    glob, arg, negated = Glob(atom.pattern, casefold=atom.casefold), atom.arg, atom.negated
-    if arg is None:
+    glob, negated = Glob(atom.pattern, casefold=atom.casefold), atom.negated
+    if atom.arg is None:
         return lambda ev: glob.matches(observe(ev.output)) != negated
+    read = reader(atom.arg)
 
     def test(ev: Event) -> bool:
-        value = argument(ev, arg)
+        value = read(ev)
         if value is _MISSING:
             return False
-        return glob.matches(text_of(value)) != negated
+        return glob.matches(value if isinstance(value, str) else text_of(value)) != negated
 
     return test
 
@@ -307,8 +374,10 @@ _COMPARATORS: dict[str, Callable[[float, float], bool]] = {
 def _compare(atom: n.Compare) -> Test:
     arg, bound, compare = atom.arg, atom.value, _COMPARATORS[atom.op]
 
+    read = reader(arg)
+
     def test(ev: Event) -> bool:
-        value = argument(ev, arg)
+        value = read(ev)
         number = None if value is _MISSING else as_number(value)
         return number is not None and compare(number, bound)
 
