@@ -162,7 +162,7 @@ def test_deeply_nested_parameters_are_denied(kernel: Kernel) -> None:
 
 def test_an_internal_error_is_a_deny_with_its_reason(kernel: Kernel,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(_: Any) -> None:
+    def broken(*_: Any) -> None:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(kernel, "_step_capability", broken)

@@ -6,6 +6,10 @@ reads them, plus their recorded ``status`` and ``output``), abstracted to typed 
 numbered from 1; or a run recorded in an audit log (``--db FILE --run ID``), rebuilt from its
 decisions and results. Each witness event is reported with the trace line (or audit sequence
 number) it came from.
+
+Judging a trace file needs the policy (through the user's policy cache), the language and the
+abstraction, not the kernel: the kernel, the audit store and the schema's models beyond the
+policy's are imported only to read a run from an audit log.
 """
 
 from __future__ import annotations
@@ -13,22 +17,23 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from pydantic import ValidationError
 
 from callgate._errors import CallgateError, Problem, TraceError
 from callgate._model import Event, ToolCall
-from callgate.kernel._behavior import call_args
+from callgate.policy._cache import PolicyCache
 from callgate.policy._loader import load_policy
-from callgate.policy._schema import Policy
 from callgate.temporal import BehaviorSet, Violation, compile_behavior
+
+if TYPE_CHECKING:
+    from callgate.policy._schema import Policy
 
 
 def behavior_of(path: str) -> tuple[Policy, BehaviorSet]:
     """A policy file's own statements, compiled with their places in the file."""
-    loaded = load_policy(path)
+    loaded = load_policy(path, cache=PolicyCache.default())
 
     def locate(i: int) -> tuple[str, str, int, int] | None:
         span = loaded.raw_span(("behavior", i, "rule"))
@@ -53,10 +58,13 @@ def trace_events(path: str) -> list[Event]:
 
 
 
-def audit_events(db: str, run_id: str, policy: Policy) -> list[Event]:
+def audit_events(db: str, run_id: str, policy: Policy | None) -> list[Event]:
     """Events of a run recorded in an audit log, as the kernel saw them online."""
+    from pydantic import ValidationError
+
     from callgate.abstraction import Abstractor
     from callgate.audit import AuditStore
+    from callgate.kernel._behavior import call_args
 
     if not Path(db).is_file():
         raise TraceError([Problem("audit log does not exist", source=db)])
@@ -85,7 +93,7 @@ def audit_events(db: str, run_id: str, policy: Policy) -> list[Event]:
         if result is not None and result.get("output") is not None:
             out = result["output"]
             raw["output"] = out if isinstance(out, str) else json.dumps(out, default=str)
-        extra = call_args(call, policy.tools.get(call.tool))
+        extra = call_args(call, policy.tools.get(call.tool) if policy is not None else None)
         for i, ev in enumerate(abstractor.abstract(raw, line=record.seq)):
             events.append(ev if i else _with_args(ev, extra, call))
     return events
@@ -146,7 +154,7 @@ def check_command(policy_path: str | None, trace: str | None, db: str | None,
             raise TraceError([Problem("--policy FILE is required to judge a trace", "check")])
         policy, behavior = behavior_of(policy_path) if policy_path else (None, None)
         if db is not None and run_id is not None:
-            events = audit_events(db, run_id, policy or Policy(name="-", version=1))
+            events = audit_events(db, run_id, policy)
         else:
             assert trace is not None
             events = trace_events(trace)

@@ -1,5 +1,8 @@
 """Helpers shared by the command-line modules: policy loading, decision JSON, JSON lines.
 
+A policy file is loaded through the user's policy cache (``PolicyCache.default()``): a file that
+validated before loads without being parsed again (see ``callgate.policy._cache``).
+
 Input lines are read as bytes with bounds, so that no line can stop the ones after it: a line
 longer than ``MAX_LINE_BYTES`` is skipped without being held whole, one that is not UTF-8 or not
 JSON is reported, and nesting deeper than ``MAX_JSON_DEPTH`` is refused (``_jsonlimits``).
@@ -10,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterator
-from typing import IO, Any, TypeVar
+from typing import IO, Any, NoReturn, TypeVar
 
 import click
 
@@ -19,6 +22,7 @@ from callgate._jsonlimits import MAX_JSON_DEPTH, JSONTooDeepError, loads_bounded
 from callgate._model import Decision, Reason
 from callgate.kernel._behavior import compile_for
 from callgate.kernel._kernel import DEFAULT_DECISION_DEADLINE_S, Kernel
+from callgate.policy._cache import PolicyCache
 from callgate.policy._loader import LoadedPolicy, load_policy
 from callgate.policy.presets import load_preset, preset_names
 
@@ -34,27 +38,45 @@ preset_option = click.option("--preset", type=click.Choice(preset_names()),
                              help="A shipped preset instead of a file.")
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``message`` to stderr and exit with ``code``."""
     click.echo(message, err=True)
     sys.exit(code)
 
 
-def load_cli_policy(policy: str | None, preset: str | None) -> LoadedPolicy:
-    """Load ``--policy FILE`` or ``--preset NAME``; a load error exits 2 naming its places."""
+def load_cli_policy(policy: str | None, preset: str | None, *, statements: bool = True
+                    ) -> LoadedPolicy:
+    """Load ``--policy FILE`` or ``--preset NAME``; a load error exits 2 naming its places.
+
+    With ``statements`` the behavior statements are compiled too (their errors are policy
+    errors at file:line:col); a command that builds a ``Kernel`` next leaves that to the
+    kernel, which compiles them the same way (see ``kernel_for``).
+    """
     if (policy is None) == (preset is None):
         fail("give exactly one of --policy FILE or --preset NAME")
     try:
         if preset is not None:
             return load_preset(preset)
         assert policy is not None
-        loaded = load_policy(policy)
-        compile_for(loaded.policy, loaded)  # behavior statements report file:line:col too
+        loaded = load_policy(policy, cache=PolicyCache.default())
+        if statements:
+            compile_for(loaded.policy, loaded)  # behavior statements report file:line:col too
         return loaded
     except (PolicyError, TemporalError) as exc:
         fail(f"policy error:\n{exc}")
     except CallgateError as exc:
         fail(f"error: {exc}")
-    raise AssertionError("unreachable")
+
+
+def kernel_for(loaded: LoadedPolicy, **options: Any) -> Kernel:
+    """A kernel for ``loaded``; a statement that does not compile exits 2 as a policy error
+    (at file:line:col), any other refusal exits 2 as an error."""
+    try:
+        return Kernel(loaded, **options)
+    except TemporalError as exc:
+        fail(f"policy error:\n{exc}")
+    except CallgateError as exc:
+        fail(f"error: {exc}")
 
 
 def decision_json(decision: Decision) -> dict[str, Any]:

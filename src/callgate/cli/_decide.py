@@ -16,19 +16,18 @@ from typing import Any
 
 import click
 
-from callgate._errors import CallgateError, Denied
+from callgate._errors import Denied
 from callgate._model import Reason
 from callgate.cli._common import (
     deadline_option,
     decide_unreadable,
     decision_json,
-    fail,
+    kernel_for,
     load_cli_policy,
     policy_option,
     preset_option,
     read_json_lines,
 )
-from callgate.kernel import Kernel
 
 
 @click.command()
@@ -40,12 +39,9 @@ from callgate.kernel import Kernel
 def decide(policy: str | None, preset: str | None, audit_db: str | None,
            working_dir: str | None, deadline: float) -> None:
     """Decide tool calls read as JSON lines on stdin (one run, in order)."""
-    loaded = load_cli_policy(policy, preset)
-    try:
-        kernel = Kernel(loaded, audit=audit_db, working_dir=working_dir,
+    loaded = load_cli_policy(policy, preset, statements=False)
+    kernel = kernel_for(loaded, audit=audit_db, working_dir=working_dir,
                         decision_deadline_s=deadline)
-    except CallgateError as exc:
-        fail(f"error: {exc}")
     with kernel:
         for _, item in read_json_lines(sys.stdin.buffer):
             decision = decide_unreadable(kernel, item) if isinstance(item, Reason) else \
@@ -70,11 +66,8 @@ def exec_(policy: str | None, preset: str | None, tool: str, audit_db: str | Non
     The tool's output passes through; the exit status is the command's, or 126 when the kernel
     denied the call or the sandbox stopped it.
     """
-    loaded = load_cli_policy(policy, preset)
-    try:
-        kernel = Kernel(loaded, audit=audit_db, decision_deadline_s=deadline)
-    except CallgateError as exc:
-        fail(f"error: {exc}")
+    loaded = load_cli_policy(policy, preset, statements=False)
+    kernel = kernel_for(loaded, audit=audit_db, decision_deadline_s=deadline)
     with kernel:
         try:
             result = kernel.run_subprocess(tool, list(command), backend=backend,  # type: ignore[arg-type]  # click.Choice

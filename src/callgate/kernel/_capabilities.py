@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from callgate._model import Reason, ToolCall
@@ -21,8 +21,11 @@ from callgate.matchers._paths import PathRejected, check_paths, intent_of, path_
 from callgate.policy._schema import Capability, CapabilityConstraints
 
 
-def check_constraints(call: ToolCall, c: CapabilityConstraints, working_dir: str) -> str | None:
-    """The reason a call breaks a grant's constraints, or None when it satisfies them."""
+def check_constraints(call: ToolCall, c: CapabilityConstraints, working_dir: str,
+                      resolved: Collection[str] = ()) -> str | None:
+    """The reason a call breaks a grant's constraints, or None when it satisfies them.
+
+    ``resolved``: the canonical paths validation made for this call (not resolved again)."""
     params = call.parameters
     if c.allowed_hosts is not None:
         urls = [v for k, v in params.items() if k in ("url", "uri", "endpoint")]
@@ -33,7 +36,7 @@ def check_constraints(call: ToolCall, c: CapabilityConstraints, working_dir: str
             if why:
                 return why
     if c.allowed_paths is not None:
-        why = _check_path_constraint(call, c, working_dir)
+        why = _check_path_constraint(call, c, working_dir, resolved)
         if why:
             return why
     if c.allowed_commands is not None:
@@ -50,15 +53,16 @@ def check_constraints(call: ToolCall, c: CapabilityConstraints, working_dir: str
     return None
 
 
-def _check_path_constraint(call: ToolCall, c: CapabilityConstraints,
-                           working_dir: str) -> str | None:
+def _check_path_constraint(call: ToolCall, c: CapabilityConstraints, working_dir: str,
+                           resolved: Collection[str]) -> str | None:
     allowed = c.allowed_paths or ()
     intent = intent_of(call.action)
     try:
         args = path_arguments(call.parameters, default_intent=intent)
         if not args and call.tool_class == "file":
             return "the grant limits paths but the call names no path"
-        verdict = check_paths(args, allowed, allowed, working_dir, c.follow_symlinks or ())
+        verdict = check_paths(args, allowed, allowed, working_dir, c.follow_symlinks or (),
+                              resolved=resolved)
     except PathRejected as exc:
         return str(exc)
     return None if verdict is None else verdict.reason
@@ -101,7 +105,7 @@ class RateLimiter:
 
 
 def check_grants(call: ToolCall, grants: Sequence[Capability], working_dir: str,
-                 limiter: RateLimiter) -> int | Reason:
+                 limiter: RateLimiter, resolved: Collection[str] = ()) -> int | Reason:
     """The index of the first grant that admits the call, or the reason none does.
 
     ``capability.missing``: no grant covers the class and action; ``capability.constraint``:
@@ -114,7 +118,7 @@ def check_grants(call: ToolCall, grants: Sequence[Capability], working_dir: str,
                       message=f"no capability grants {call.tool_class}.{call.action}")
     reasons = []
     for index, grant in candidates:
-        why = check_constraints(call, grant.constraints, working_dir)
+        why = check_constraints(call, grant.constraints, working_dir, resolved)
         limit = grant.constraints.max_calls_per_minute
         if why is None and limit is not None and limiter.full(index, limit):
             why = f"rate limit of {limit} calls per minute reached"

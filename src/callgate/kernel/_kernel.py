@@ -30,8 +30,8 @@ import threading
 import time
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -94,9 +94,17 @@ class Effects:
     alerts: tuple[Violation, ...] = ()
 
     def __or__(self, other: Effects) -> Effects:
+        if other is _NO_EFFECTS:
+            return self
+        if self is _NO_EFFECTS:
+            return other
         return Effects(grant=other.grant if other.grant is not None else self.grant,
                        quarantine=other.quarantine or self.quarantine,
                        alerts=(*self.alerts, *other.alerts))
+
+
+#: The effects of a step that changes nothing (most steps of most calls): shared, not rebuilt.
+_NO_EFFECTS = Effects()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +113,12 @@ class Outcome:
 
     reason: Reason | None = None
     witness: Witness | None = None
-    effects: Effects = field(default_factory=Effects)
+    effects: Effects = _NO_EFFECTS
 
 
 _GO_ON = Outcome()
+_DEFAULT_DENY = Reason(id="default-deny", check="rules",
+                       message="no rule allows this call (deny by default)")
 
 
 def _deny(reason_id: str, check: str, message: str) -> Reason:
@@ -163,6 +173,8 @@ class Kernel:
         # classes whose grants constrain paths: their calls' paths are made canonical too
         self._path_classes = frozenset(g.tool_class for g in self._grants
                                        if g.constraints.allowed_paths is not None)
+        # what the capability step gives for a call each grant admits (one value per grant)
+        self._granted = tuple(Outcome(effects=Effects(grant=i)) for i in range(len(self._grants)))
         self._rules = RuleSet(self.policy.rules)
         self._taint = TaintTracker()
         self._state = RunState(quarantine_after=self.policy.run_state.quarantine_after_denials)
@@ -506,34 +518,38 @@ class Kernel:
     def _decide(self, raw: ToolCall | Mapping[str, Any]) -> tuple[Decision, ToolCall]:
         self._seq += 1
         started = self._timer()
-        attempted, effects = True, Effects()
+        attempted, effects = True, _NO_EFFECTS
+        resolved: set[str] = set()  # the canonical paths validation makes, for later steps
         try:
-            call_or_reason = self._validate(raw)
+            call_or_reason = self._validate(raw, resolved)
             if isinstance(call_or_reason, Reason):
                 # an invalid call is denied and counted, but attempts nothing
                 decision = Decision(verdict="deny", reasons=(call_or_reason,))
                 call, attempted = self._placeholder(raw), False
             else:
                 call = call_or_reason
-                decision, effects = self._evaluate(call, started)
+                decision, effects = self._evaluate(call, started, resolved)
         except Exception as exc:
             why = self._internal_error("decide", f"call {self._seq}", exc)
             decision = Decision(verdict="deny", reasons=(_deny("internal.error", "kernel", why),))
-            call, effects = self._placeholder(raw), Effects()
+            call, effects = self._placeholder(raw), _NO_EFFECTS
         decision = self._audit_decision(call, decision)
         return self._settle(call, decision, effects, attempted=attempted), call
 
-    def _evaluate(self, call: ToolCall, started: float) -> tuple[Decision, Effects]:
-        """The steps in order; the first reason to deny ends the chain."""
-        effects = Effects()
+    def _evaluate(self, call: ToolCall, started: float, resolved: Collection[str] = ()
+                  ) -> tuple[Decision, Effects]:
+        """The steps in order; the first reason to deny ends the chain. ``resolved``: the
+        canonical paths validation made (the path checks do not resolve them again)."""
+        effects = _NO_EFFECTS
         late = self._past_deadline(started, "validate")
         if late is not None:
             return _denial(call, late), effects
         for name, step in (("run state", self._step_run_state),
                            ("capability", self._step_capability),
                            ("tool policy", self._step_tool_policy)):
-            outcome = step(call)
-            effects |= outcome.effects
+            outcome = step(call, resolved)
+            if outcome.effects is not _NO_EFFECTS:
+                effects |= outcome.effects
             reason = outcome.reason or self._past_deadline(started, name)
             if reason is not None:
                 return _denial(call, reason), effects
@@ -561,30 +577,29 @@ class Kernel:
                      f"the decision took {elapsed:.3g}s, past its deadline of "
                      f"{self.decision_deadline_s:g}s (at the {step} step)")
 
-    def _validate(self, raw: object) -> ToolCall | Reason:
-        return validate(raw, self._stamp(), self._registry, self._path_classes)
+    def _validate(self, raw: object, resolved: set[str] | None = None) -> ToolCall | Reason:
+        return validate(raw, self._stamp(), self._registry, self._path_classes, resolved)
 
-    def _step_run_state(self, call: ToolCall) -> Outcome:
+    def _step_run_state(self, call: ToolCall, resolved: Collection[str] = ()) -> Outcome:
         q = self._state.quarantine
         if q is None or (call.tool_class, call.action) in READ_ONLY_ACTIONS:
             return _GO_ON
         return Outcome(_deny("run.quarantined", "run-state", f"run is quarantined "
                              f"({q.rule_id}: {q.reason}); only read-only actions pass"))
 
-    def _step_capability(self, call: ToolCall) -> Outcome:
-        granted = check_grants(call, self._grants, self.working_dir, self._limiter)
+    def _step_capability(self, call: ToolCall, resolved: Collection[str] = ()) -> Outcome:
+        granted = check_grants(call, self._grants, self.working_dir, self._limiter, resolved)
         if isinstance(granted, Reason):
             return Outcome(granted)
         refusal = self._tokens.refusal(call, self.working_dir, self._clock())
-        return Outcome(refusal) if refusal is not None else Outcome(
-            effects=Effects(grant=granted))
+        return Outcome(refusal) if refusal is not None else self._granted[granted]
 
-    def _step_tool_policy(self, call: ToolCall) -> Outcome:
+    def _step_tool_policy(self, call: ToolCall, resolved: Collection[str] = ()) -> Outcome:
         declared = self._registry.get(call.tool)
         if declared is None:
             return _GO_ON
         return Outcome(check_tool(call, declared, self._completed, self._invoked,
-                                  self.working_dir))
+                                  self.working_dir, resolved=resolved))
 
     def _step_guards(self, call: ToolCall, taint: frozenset[str], started: float
                      ) -> Reason | None:
@@ -598,12 +613,10 @@ class Kernel:
         return None
 
     def _step_rules(self, call: ToolCall, taint: frozenset[str]) -> Decision:
-        rule = self._rules.first_match(call, taint)
-        if rule is None:
-            return Decision(verdict="deny", call_id=call.id, reasons=(
-                _deny("default-deny", "rules", "no rule allows this call (deny by default)"),))
-        return Decision(verdict=rule.decision, call_id=call.id, reasons=(
-            Reason(id=rule.id, check="rule", message=rule.reason or rule.decision),))
+        matched = self._rules.first(call, taint)
+        if matched is None:
+            return Decision(verdict="deny", call_id=call.id, reasons=(_DEFAULT_DENY,))
+        return Decision(verdict=matched.decision, call_id=call.id, reasons=matched.reasons)
 
     def _step_behavior(self, call: ToolCall, taint: frozenset[str]) -> Outcome:
         if self._behavior.idle:
@@ -719,7 +732,7 @@ class Kernel:
         # Deciding without executing (``check``, ``callgate decide``): the call is taken to have
         # run, and its output to carry its boundary's taint, as it would in the real run.
         self._completed[call.tool] += 1
-        self._label(call, ())
+        self._taint.absorb_output(call, self._declared_labels(call, ()))
         failure = self._observe(call, None)
         if failure is None:
             return decision
@@ -740,13 +753,18 @@ class Kernel:
         return "; ".join(failures) or None
 
     def _label(self, call: ToolCall, produced: tuple[TaintLabel, ...]) -> tuple[TaintLabel, ...]:
-        declared = self._outputs.get(call.tool)
-        if declared is not None:  # the tool's declared source labels what it returns
-            produced = (*produced, *(TaintLabel(source=s, origin=call.tool)
-                                     for s in sorted(declared.source)))
-        labels = tuple(self._taint.output_labels(call, produced))
+        labels = tuple(self._taint.output_labels(call, self._declared_labels(call, produced)))
         self._taint.absorb(labels)
         return labels
+
+    def _declared_labels(self, call: ToolCall, produced: tuple[TaintLabel, ...]
+                         ) -> tuple[TaintLabel, ...]:
+        """``produced`` and the labels of the tool's declared output source."""
+        declared = self._outputs.get(call.tool)
+        if declared is None:
+            return produced
+        return (*produced, *(TaintLabel(source=s, origin=call.tool)
+                             for s in sorted(declared.source)))
 
     def _ask_approval(self, call: ToolCall, decision: Decision) -> Decision:
         answer = ask(self._approval, call, decision, self._approval_timeout)

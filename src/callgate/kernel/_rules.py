@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from callgate._model import ToolCall
+from callgate._model import Reason, ToolCall, Verdict
 from callgate.matchers._regex import PolicyPattern, compile_policy_pattern
 from callgate.policy._schema import ParamMatch, Rule
 
@@ -40,17 +40,29 @@ class _CompiledRule:
     actions: frozenset[str] | None
     taints: frozenset[str] | None
     params: tuple[_CompiledParam, ...]
+    #: the rule's verdict and the reasons a decision by it gives (built once)
+    decision: Verdict
+    reasons: tuple[Reason, ...]
+
+    def admits(self, tool: str, tool_class: str, action: str) -> bool:
+        """Whether the rule's name, class and action conditions hold."""
+        return ((self.tools is None or tool in self.tools)
+                and (self.classes is None or tool_class in self.classes)
+                and (self.actions is None or action in self.actions))
 
     def matches(self, call: ToolCall, taint: frozenset[str]) -> bool:
-        if self.tools is not None and call.tool not in self.tools:
+        if not self.admits(call.tool, call.tool_class, call.action):
             return False
-        if self.classes is not None and call.tool_class not in self.classes:
-            return False
-        if self.actions is not None and call.action not in self.actions:
-            return False
+        return self.matches_rest(call, taint)
+
+    def matches_rest(self, call: ToolCall, taint: frozenset[str]) -> bool:
+        """The taint and parameter conditions (the rest, once ``admits`` holds)."""
         if self.taints is not None and not (self.taints & taint):
             return False
-        return all(p.matches(call.parameters) for p in self.params)
+        for param in self.params:  # noqa: SIM110 - a plain loop: this runs on every call
+            if not param.matches(call.parameters):
+                return False
+        return True
 
 
 def _opt(values: Sequence[str] | None) -> frozenset[str] | None:
@@ -64,8 +76,17 @@ def _compile_param(name: str, m: ParamMatch) -> _CompiledParam:
     return _CompiledParam(name, pattern, _opt(m.in_), _opt(m.not_in))
 
 
+#: Distinct (tool, class, action) triples whose candidate rules are remembered.
+_MAX_PLANS = 4096
+
+
 class RuleSet:
-    """Compiled rules in evaluation order."""
+    """Compiled rules in evaluation order.
+
+    For each (tool, class, action) the rules whose name, class and action conditions admit it
+    are found once and remembered (up to ``_MAX_PLANS`` triples); a call then tests only their
+    taint and parameter conditions.
+    """
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         ordered = sorted(enumerate(rules), key=lambda pair: (pair[1].priority, pair[0]))
@@ -77,13 +98,27 @@ class RuleSet:
                 actions=_opt(r.match.action),
                 taints=_opt(r.match.taint_sources),
                 params=tuple(_compile_param(n, m) for n, m in r.match.parameters.items()),
+                decision=r.decision,
+                reasons=(Reason(id=r.id, check="rule", message=r.reason or r.decision),),
             )
             for _, r in ordered
         )
+        self._plans: dict[tuple[str, str, str], tuple[_CompiledRule, ...]] = {}
 
     def first_match(self, call: ToolCall, taint: frozenset[str]) -> Rule | None:
         """The rule that decides the call, or None (which means deny)."""
-        for compiled in self._rules:
-            if compiled.matches(call, taint):
-                return compiled.rule
+        found = self.first(call, taint)
+        return None if found is None else found.rule
+
+    def first(self, call: ToolCall, taint: frozenset[str]) -> _CompiledRule | None:
+        """The compiled rule that decides the call (its verdict and reasons), or None."""
+        key = (call.tool, call.tool_class, call.action)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = tuple(r for r in self._rules if r.admits(*key))
+            if len(self._plans) < _MAX_PLANS:
+                self._plans[key] = plan
+        for compiled in plan:
+            if compiled.matches_rest(call, taint):
+                return compiled
         return None

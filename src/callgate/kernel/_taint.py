@@ -82,16 +82,30 @@ class TaintTracker:
             TaintLabel(source=src, origin=first.origin, propagated_from=call.id)
             for src, first in self._labels.items()
         ]
-        labels.extend(call.taint)
-        labels.extend(produced)
+        labels.extend(self._own_labels(call, produced, frozenset()))
+        return labels
+
+    def absorb_output(self, call: ToolCall, produced: Iterable[TaintLabel] = ()) -> None:
+        """``absorb(output_labels(call, produced))`` without building the labels of sources
+        the run already holds (which ``absorb`` would drop): a decided call's output."""
+        self.absorb(self._own_labels(call, produced, self._sources))
+
+    @staticmethod
+    def _own_labels(call: ToolCall, produced: Iterable[TaintLabel],
+                    known: frozenset[str]) -> list[TaintLabel]:
+        """The labels a call's output gets beyond the run's, leaving out those of ``known``
+        sources: its own labels, the producer's, the boundary's and ``tool-output``."""
+        labels = [*call.taint, *produced]
         boundary = CLASS_OUTPUT_TAINT.get(call.tool_class)
         if boundary is not None:
-            labels.append(TaintLabel(source=boundary, origin=_origin_of(call)))
-        elif call.tool_class == "shell":
+            if boundary not in known:
+                labels.append(TaintLabel(source=boundary, origin=_origin_of(call)))
+        elif call.tool_class == "shell" and NETWORK_SOURCE not in known:
             fetched = shell_network_origin(call.parameters)
             if fetched is not None:
-                labels.append(TaintLabel(source="web", origin=fetched))
-        labels.append(TaintLabel(source="tool-output", origin=call.tool))
+                labels.append(TaintLabel(source=NETWORK_SOURCE, origin=fetched))
+        if "tool-output" not in known:
+            labels.append(TaintLabel(source="tool-output", origin=call.tool))
         return labels
 
 

@@ -8,7 +8,7 @@ declares writes has each path judged by the role its parameter declares (``path_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from callgate._model import Reason, ToolCall
 from callgate.matchers._paths import PathRejected, check_paths, intent_of, path_arguments
@@ -31,8 +31,10 @@ def check_usage(call: ToolCall, policy: ToolPolicy, completed: Mapping[str, int]
     return None
 
 
-def check_stance(call: ToolCall, policy: ToolPolicy, working_dir: str) -> tuple[str, str] | None:
-    """(reason id, message) when the call's arguments exceed the tool's declared stance."""
+def check_stance(call: ToolCall, policy: ToolPolicy, working_dir: str, *,
+                 resolved: Collection[str] = ()) -> tuple[str, str] | None:
+    """(reason id, message) when the call's arguments exceed the tool's declared stance;
+    ``resolved``: the canonical paths validation made for this call."""
     if policy.exec == "deny" and call.tool_class == "shell":
         return "tool.exec", f"tool {call.tool!r} declares exec: deny"
     if policy.network == "deny" and call.tool_class == "http":
@@ -54,7 +56,7 @@ def check_stance(call: ToolCall, policy: ToolPolicy, working_dir: str) -> tuple[
                                   default_intent=intent_of(call.action))
         verdict = check_paths(args, fs.read if fs.read is not None else (),
                               fs.write if fs.write is not None else (), wd,
-                              fs.follow_symlinks)
+                              fs.follow_symlinks, resolved=resolved)
     except PathRejected as exc:
         return "tool.filesystem", str(exc)
     if verdict is not None:
@@ -63,8 +65,9 @@ def check_stance(call: ToolCall, policy: ToolPolicy, working_dir: str) -> tuple[
 
 
 def check_tool(call: ToolCall, policy: ToolPolicy, completed: Mapping[str, int],
-               invoked: Mapping[str, int], working_dir: str) -> Reason | None:
+               invoked: Mapping[str, int], working_dir: str, *,
+               resolved: Collection[str] = ()) -> Reason | None:
     """The tool-policy step: the declared tool's usage constraints, then its stance."""
-    found = check_usage(call, policy, completed, invoked) or check_stance(call, policy,
-                                                                          working_dir)
+    found = check_usage(call, policy, completed, invoked) or check_stance(
+        call, policy, working_dir, resolved=resolved)
     return None if found is None else Reason(id=found[0], check="tool-policy", message=found[1])

@@ -8,6 +8,8 @@ that could not be read is audited.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,15 +48,65 @@ def _reason(reason_id: str, message: str) -> Reason:
 
 
 def validate(raw: object, stamp: Stamp, registry: ToolRegistry,
-             path_classes: frozenset[str]) -> ToolCall | Reason:
-    """The call ``raw`` describes, stamped and canonical, or why it is not one."""
-    if not isinstance(raw, ToolCall | Mapping):
+             path_classes: frozenset[str], resolved: set[str] | None = None
+             ) -> ToolCall | Reason:
+    """The call ``raw`` describes, stamped and canonical, or why it is not one.
+
+    A ``ToolCall`` is already typed: only its bounds are checked and its paths made canonical.
+    A mapping is validated once, after its paths are canonical, so no second model is built.
+    Each canonical path made is added to ``resolved`` when given.
+    """
+    if isinstance(raw, ToolCall):
+        return _typed(raw, stamp, registry, path_classes, resolved)
+    if not isinstance(raw, Mapping):
         return _reason("input.invalid", f"a call must be a mapping, not {type(raw).__name__}")
-    data = raw.model_dump() if isinstance(raw, ToolCall) else dict(raw)
+    data = dict(raw)
     declared = registry.get(str(data.get("tool", "")))
     if "tool_class" not in data and declared is not None and declared.tool_class:
         data["tool_class"] = declared.tool_class
-    size, depth, text = measure(data.get("parameters", {}))
+    parameters = data.get("parameters", {})
+    bounds = _bounds(parameters)
+    if bounds is not None:
+        return bounds
+    data.update(id=stamp.call_id, run_id=stamp.run_id, sequence=stamp.sequence,
+                timestamp=now_iso(stamp.timestamp), principal=stamp.principal)
+    if type(parameters) is dict and all(type(k) is str for k in parameters):
+        # canonical before the model is built: one validation, no copy afterwards
+        canonical = _canonical(str(data.get("tool", "")), data.get("tool_class"), parameters,
+                               registry, path_classes=path_classes, resolved=resolved)
+        if isinstance(canonical, Reason):
+            return canonical
+        data["parameters"] = canonical
+        try:
+            return ToolCall.model_validate(data)
+        except ValidationError as exc:
+            return _reason("input.invalid", validation_message(exc))
+    try:
+        call = ToolCall.model_validate(data)
+    except ValidationError as exc:
+        return _reason("input.invalid", validation_message(exc))
+    return canonicalise(call, registry, path_classes, resolved)
+
+
+def _typed(call: ToolCall, stamp: Stamp, registry: ToolRegistry,
+           path_classes: frozenset[str], resolved: set[str] | None) -> ToolCall | Reason:
+    """A call built as a ``ToolCall``: bounds, canonical paths and the stamp, one copy."""
+    bounds = _bounds(call.parameters)
+    if bounds is not None:
+        return bounds
+    canonical = _canonical(call.tool, call.tool_class, call.parameters, registry,
+                           path_classes=path_classes, resolved=resolved)
+    if isinstance(canonical, Reason):
+        return canonical
+    return call.model_copy(update={
+        "parameters": canonical, "id": stamp.call_id, "run_id": stamp.run_id,
+        "sequence": stamp.sequence, "timestamp": now_iso(stamp.timestamp),
+        "principal": stamp.principal})
+
+
+def _bounds(parameters: object) -> Reason | None:
+    """Why parameters are out of bounds (text that is not Unicode, size, depth), or None."""
+    size, depth, text = measure(parameters)
     if not text:
         return _reason("input.invalid", "parameters hold a lone surrogate (text that is not "
                        "Unicode, such as an undecodable file name)")
@@ -64,27 +116,33 @@ def validate(raw: object, stamp: Stamp, registry: ToolRegistry,
     if depth > MAX_PARAMETER_DEPTH:
         return _reason("input.too-deep",
                        f"parameters nest deeper than {MAX_PARAMETER_DEPTH} levels")
-    data.update(id=stamp.call_id, run_id=stamp.run_id, sequence=stamp.sequence,
-                timestamp=now_iso(stamp.timestamp), principal=stamp.principal)
-    try:
-        call = ToolCall.model_validate(data)
-    except ValidationError as exc:
-        return _reason("input.invalid", validation_message(exc))
-    return canonicalise(call, registry, path_classes)
+    return None
 
 
-def canonicalise(call: ToolCall, registry: ToolRegistry,
-                 path_classes: frozenset[str]) -> ToolCall | Reason:
-    """One canonical path feeds both the checks and the executor: what is checked is what runs."""
-    declared = registry.get(call.tool)
-    if call.tool_class != "file" and call.tool_class not in path_classes and (
+def _canonical(tool: str, tool_class: object, parameters: dict[str, Any],
+               registry: ToolRegistry, *, path_classes: frozenset[str],
+               resolved: set[str] | None) -> dict[str, Any] | Reason:
+    """``parameters`` with every path the checks will see made canonical (or as given when no
+    path check applies to the call), or why a path cannot be."""
+    declared = registry.get(tool)
+    if tool_class != "file" and tool_class not in path_classes and (
             declared is None or declared.filesystem is None):
-        return call
+        return parameters
     extra = declared.path_params if declared is not None else ()
     try:
-        params = canonical_parameters(call.parameters, registry.base(declared), extra)
+        return canonical_parameters(parameters, registry.base(declared), extra,
+                                    resolved=resolved)
     except PathRejected as exc:
         return _reason("path.rejected", str(exc))
+
+
+def canonicalise(call: ToolCall, registry: ToolRegistry, path_classes: frozenset[str],
+                 resolved: set[str] | None = None) -> ToolCall | Reason:
+    """One canonical path feeds both the checks and the executor: what is checked is what runs."""
+    params = _canonical(call.tool, call.tool_class, call.parameters, registry,
+                        path_classes=path_classes, resolved=resolved)
+    if isinstance(params, Reason) or params is call.parameters:
+        return params if isinstance(params, Reason) else call
     return call.model_copy(update={"parameters": params})
 
 
@@ -171,4 +229,17 @@ def validation_message(exc: ValidationError) -> str:
 
 
 def now_iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+    """``ts`` (seconds since the epoch) as ISO 8601 in UTC with a ``Z``: microseconds shown
+    unless zero, like ``datetime.isoformat``. The date and time of the second are computed once
+    per second (a decision stamps every call)."""
+    second = math.floor(ts)
+    micro = round((ts - second) * 1_000_000)
+    if micro >= 1_000_000:  # rounding carried into the next second
+        second, micro = second + 1, micro - 1_000_000
+    text = _second_text(second)
+    return f"{text}.{micro:06d}Z" if micro else f"{text}Z"
+
+
+@functools.lru_cache(maxsize=8)
+def _second_text(second: int) -> str:
+    return datetime.fromtimestamp(second, UTC).isoformat()[:19]

@@ -476,6 +476,7 @@ def canonical_parameters(
     extra_path_params: Iterable[str] = (),
     *,
     shaped: bool = False,
+    resolved: set[str] | None = None,
 ) -> dict[str, Any]:
     """A copy of ``parameters`` with the value of every path-named parameter made canonical.
 
@@ -484,8 +485,9 @@ def canonical_parameters(
     written here (it may be prose an executor never opens) unless ``shaped``: then it is made
     canonical too, for code that may open any string it is given (in-process tools), so a
     relative ``./x`` cannot be checked against ``working_dir`` and opened against another
-    directory. Lists, tuples and sets are rebuilt (sets as sets). Raises ``PathRejected`` like
-    ``canonical`` and for deep nesting.
+    directory. Lists, tuples and sets are rebuilt (sets as sets). Each canonical form made is
+    added to ``resolved`` when given (``check_paths`` need not resolve it again). Raises
+    ``PathRejected`` like ``canonical`` and for deep nesting.
     """
     extra = frozenset(p.lower() for p in extra_path_params)
 
@@ -499,12 +501,13 @@ def canonical_parameters(
         text = _as_text(value)
         if text is None:
             return value
-        if name and _is_path_name(name, extra):
-            return canonical(text, working_dir)
-        stripped = text.strip()
-        if shaped and "\n" not in stripped and "\r" not in stripped and \
-                _looks_like_path(stripped):
-            return canonical(text, working_dir)
+        if (name and _is_path_name(name, extra)) or (
+                shaped and "\n" not in (stripped := text.strip()) and "\r" not in stripped
+                and _looks_like_path(stripped)):
+            made = canonical(text, working_dir)
+            if resolved is not None:
+                resolved.add(made)
+            return made
         return value
 
     rebuilt: dict[str, Any] = rebuild(parameters, "", 0)
@@ -526,6 +529,8 @@ def _check_one(
     allowed_write: Sequence[str] | None,
     working_dir: str,
     follow: Collection[str],
+    *,
+    resolved: Collection[str] = (),
 ) -> PathVerdict | None:
     if arg.intent == "write":
         if allowed_write is None:
@@ -538,23 +543,26 @@ def _check_one(
         # (append, edit in place), and the declared stance is one union of both lists.
         patterns = [*allowed_read, *(allowed_write or ())]
     try:
-        absolute = _absolute(arg.value, working_dir, normalize=False)
-        resolved = _resolve(arg.value, absolute)
-        if _allowed_by(resolved, patterns, working_dir, follow):
+        if arg.value in resolved:  # made canonical by this decision already: its own form
+            absolute = real = arg.value
+        else:
+            absolute = _absolute(arg.value, working_dir, normalize=False)
+            real = _resolve(arg.value, absolute)
+        if _allowed_by(real, patterns, working_dir, follow):
             return None
     except PathRejected as exc:
         return PathVerdict(arg.key, arg.value, None, arg.intent, exc.reason)
     purpose = " for writing" if arg.intent == "write" else ""
-    if os.path.normpath(absolute) != resolved:
+    if os.path.normpath(absolute) != real:
         reason = (
-            f"path {arg.value} resolves through a symlink to {resolved}, outside the allowed "
+            f"path {arg.value} resolves through a symlink to {real}, outside the allowed "
             f"paths{purpose}"
         )
-    elif arg.value != resolved:
-        reason = f"path {resolved} (from {arg.value}) is outside the allowed paths{purpose}"
+    elif arg.value != real:
+        reason = f"path {real} (from {arg.value}) is outside the allowed paths{purpose}"
     else:
-        reason = f"path {resolved} is outside the allowed paths{purpose}"
-    return PathVerdict(arg.key, arg.value, resolved, arg.intent, reason)
+        reason = f"path {real} is outside the allowed paths{purpose}"
+    return PathVerdict(arg.key, arg.value, real, arg.intent, reason)
 
 
 def check_paths(
@@ -563,6 +571,8 @@ def check_paths(
     allowed_write: Sequence[str] | None,
     working_dir: str,
     follow: Collection[str] = (),
+    *,
+    resolved: Collection[str] = (),
 ) -> PathVerdict | None:
     """``None`` when every path argument is allowed, else the first offending one with a reason.
 
@@ -570,10 +580,12 @@ def check_paths(
     need a write glob; reads are allowed by read globs and by write globs. Any failure to
     canonicalise a path or compile a glob denies (fail closed). Globs listed, as written, in
     ``follow`` keep their root's real location even when a symlink leads it out (see
-    ``compile_glob``).
+    ``compile_glob``). ``resolved`` holds canonical forms made in this decision (by
+    ``canonical_parameters``): an argument equal to one is not resolved again.
     """
     for arg in args:
-        verdict = _check_one(arg, allowed_read, allowed_write, working_dir, follow)
+        verdict = _check_one(arg, allowed_read, allowed_write, working_dir, follow,
+                             resolved=resolved)
         if verdict is not None:
             return verdict
     return None

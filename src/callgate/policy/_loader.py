@@ -1,131 +1,45 @@
 """Load policy files: YAML to a validated ``Policy``, every problem reported at file:line:col.
 
-The loader composes the YAML node tree with PyYAML (every node carries its marks) and builds
-the Python values itself, so that each value keeps its place and so that YAML's permissive
-corners become errors instead of surprises:
+Two stages: ``_compose`` turns the text into plain values, each node keeping its place, and
+refuses YAML's permissive corners (duplicate keys, aliases, YAML 1.1 booleans, object tags,
+input over ``MAX_POLICY_BYTES`` or nested deeper than ``MAX_DEPTH``); the schema
+(``callgate.policy._schema``) validates the values, and each validation error is mapped back to
+the node it names. All problems are reported together in one ``PolicyError``.
 
-* duplicate mapping keys are refused (YAML parsers normally keep the last one silently);
-* aliases are refused outright, which rules out "billion laughs" expansion bombs;
-* input is capped at ``MAX_POLICY_BYTES`` and nesting at ``MAX_DEPTH``;
-* scalars resolve by the YAML 1.2 core schema: only ``true``/``false`` are booleans, so a tool
-  or key named ``on``, ``yes`` or ``no`` stays a string, and ``2024-01-01`` stays text;
-* mapping keys are always the text as written (``on:`` is the key ``"on"``, ``1:`` is ``"1"``);
-* tags other than the standard scalar and collection tags are refused (no object construction).
-
-Validation errors from the schema (``callgate.policy._schema``) are mapped back to the node
-they name; all of them are reported together in one ``PolicyError``.
+Given a ``PolicyCache`` (``_cache``), a text that validated once loads again from what
+validating it produced, without composing YAML (PyYAML is not even imported) or running the
+schema's validators. What depends on more than the text happens on every load: a relative
+``working_dir`` is resolved, and declared roots are checked against the filesystem. Only texts
+that load are kept, so a text with problems is validated, and its problems reported, each time.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
-import re
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
-from yaml.composer import Composer
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
-from yaml.parser import Parser
-from yaml.reader import Reader
-from yaml.resolver import BaseResolver
-from yaml.scanner import Scanner
 
 from callgate._errors import PolicyError, Problem
 from callgate.matchers._regex import check_pattern
 from callgate.policy._roots import root_problems
 from callgate.policy._schema import Policy
 
+if TYPE_CHECKING:
+    from yaml.nodes import Node
+
+    from callgate.policy._cache import PolicyCache
+    from callgate.policy._compose import Builder, NodePath, Place
+
 #: Policy files larger than this are refused before parsing.
 MAX_POLICY_BYTES = 1024 * 1024
 #: Deeper nesting than this is refused (a real policy needs about seven levels).
 MAX_DEPTH = 32
-
-NodePath = tuple[str | int, ...]
-
-_STR = "tag:yaml.org,2002:str"
-_NULL = "tag:yaml.org,2002:null"
-_BOOL = "tag:yaml.org,2002:bool"
-_INT = "tag:yaml.org,2002:int"
-_FLOAT = "tag:yaml.org,2002:float"
-_SEQ = "tag:yaml.org,2002:seq"
-_MAP = "tag:yaml.org,2002:map"
-
-
-# The YAML 1.2 core schema's spellings (PyYAML defaults to YAML 1.1, where `on` is a boolean).
-_CORE_PATTERNS: dict[str, re.Pattern[str]] = {
-    _NULL: re.compile(r"^(?:~|null|Null|NULL|)$"),
-    _BOOL: re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-    _INT: re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
-    _FLOAT: re.compile(
-        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-}
-
-
-def _read_int(text: str) -> int:
-    return int(text, 0) if text[:2] in ("0o", "0x") else int(text)
-
-
-def _read_float(text: str) -> float:
-    lowered = text.lower()
-    return float(lowered.replace(".inf", "inf").replace(".nan", "nan"))
-
-
-_SCALAR_READERS: dict[str, Any] = {
-    _NULL: lambda text: None,
-    _BOOL: lambda text: text.lower() == "true",
-    _INT: _read_int,
-    _FLOAT: _read_float,
-}
-
-
-class _CoreResolver(BaseResolver):
-    """Implicit typing of plain scalars by the YAML 1.2 core schema."""
-
-
-for _tag, _pattern in _CORE_PATTERNS.items():
-    _CoreResolver.add_implicit_resolver(_tag, _pattern, None)
-
-
-class _Refused(Exception):  # noqa: N818 - internal signal, converted to PolicyError
-    """A structural refusal (alias, depth) found while composing, with its node mark."""
-
-    def __init__(self, message: str, mark: Any) -> None:
-        super().__init__(message)
-        self.mark = mark
-
-
-class _NodeLoader(Reader, Scanner, Parser, Composer, _CoreResolver):
-    """PyYAML's pure-Python pipeline up to the node graph, refusing aliases and deep nesting."""
-
-    def __init__(self, text: str) -> None:
-        Reader.__init__(self, text)
-        Scanner.__init__(self)
-        Parser.__init__(self)
-        Composer.__init__(self)
-        _CoreResolver.__init__(self)
-        self._depth = 0
-
-    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML's parser API is untyped
-            raise _Refused("YAML aliases (*name) are not allowed in policy files", event.start_mark)
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise _Refused(f"nesting deeper than {MAX_DEPTH} levels",
-                               self.peek_event().start_mark)  # type: ignore[no-untyped-call]  # PyYAML's parser API is untyped
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
 
 
 @dataclass(frozen=True)
@@ -134,7 +48,7 @@ class LoadedPolicy:
 
     policy: Policy
     source: str
-    _values: Mapping[NodePath, Node] = field(default_factory=dict, repr=False, compare=False)
+    _places: Mapping[NodePath, Place] = field(default_factory=dict, repr=False, compare=False)
     _text: str = field(default="", repr=False, compare=False)
 
     def locate(self, path: NodePath) -> tuple[int, int] | None:
@@ -142,8 +56,8 @@ class LoadedPolicy:
 
         ``path`` names keys and list indexes from the top, e.g. ``("behavior", 2, "rule")``.
         """
-        node = self._values.get(tuple(path))
-        return None if node is None else _place(node.start_mark)
+        place = self._places.get(tuple(path))
+        return None if place is None else (place[0], place[1])
 
     def rule_place(self, index: int) -> tuple[str, str, int, int] | None:
         """Where behavior statement ``index``'s rule is written: (source, its text as written,
@@ -160,25 +74,26 @@ class LoadedPolicy:
         the returned text therefore map to exact file positions. None if the node is absent or
         not a scalar.
         """
-        node = self._values.get(tuple(path))
-        if not isinstance(node, ScalarNode):
+        place = self._places.get(tuple(path))
+        if place is None or place[4] in ("map", "seq"):
             return None
-        start, end = node.start_mark.index, node.end_mark.index
-        line, column = _place(node.start_mark)
-        if node.style in ("|", ">"):
+        line, column, start, end, style = place
+        if style in ("|", ">"):
             newline = self._text.find("\n", start, end)
             if newline < 0:
                 return "", line, column
             start, line, column = newline + 1, line + 1, 1
-        elif node.style in ("'", '"'):
+        elif style in ("'", '"'):
             start, end, column = start + 1, end - 1, column + 1
         return self._text[start:end].rstrip(), line, column
 
 
-def load_policy(path: str | os.PathLike[str]) -> LoadedPolicy:
+def load_policy(path: str | os.PathLike[str], *, cache: PolicyCache | None = None
+                ) -> LoadedPolicy:
     """Read and validate a policy file; raise ``PolicyError`` listing every problem found.
 
-    A relative ``working_dir`` in the file is resolved against the file's directory.
+    A relative ``working_dir`` in the file is resolved against the file's directory. With
+    ``cache``, a file whose bytes validated before loads from the cache (see ``PolicyCache``).
     """
     source = os.fspath(path)
     try:
@@ -196,43 +111,67 @@ def load_policy(path: str | os.PathLike[str]) -> LoadedPolicy:
         raise PolicyError(
             [Problem("policy file is not valid UTF-8", source, line, column)]
         ) from exc
-    return parse_policy(text, source, base_dir=Path(source).parent)
+    return _load(text, source, Path(source).parent, cache, ("file", data))
 
 
 def parse_policy(
-    text: str, source: str = "<string>", *, base_dir: str | os.PathLike[str] | None = None
+    text: str, source: str = "<string>", *, base_dir: str | os.PathLike[str] | None = None,
+    cache: PolicyCache | None = None,
 ) -> LoadedPolicy:
     """Validate policy YAML given as text; ``source`` names it in problems.
 
     A relative ``working_dir`` is resolved against ``base_dir`` (default: the current
-    directory at call time) and returned absolute.
+    directory at call time) and returned absolute. With ``cache``, a text that validated
+    before loads from the cache (see ``PolicyCache``).
     """
     # Characters never outnumber bytes, so the cheap length test comes first.
     _check_size(len(text), source)
-    _check_size(len(text.encode("utf-8", "surrogatepass")), source)
-    root = _compose(text, source)
-    builder = _Builder(source)
+    data = text.encode("utf-8", "surrogatepass")
+    _check_size(len(data), source)
+    return _load(text, source, base_dir, cache, ("text", data))
+
+
+def _load(text: str, source: str, base_dir: str | os.PathLike[str] | None,
+          cache: PolicyCache | None, content: tuple[str, bytes]) -> LoadedPolicy:
+    """The validated policy of ``text``, from ``cache`` when it holds ``content``'s."""
+    compiled = cache.get(*content) if cache is not None else None
+    if compiled is None:
+        compiled = _validate(text, source)
+        if cache is not None:
+            cache.put(*content, compiled)
+    policy, places = compiled
+    policy = _resolve_working_dir(policy, base_dir)
+    escapes = _root_problems(policy, places, source)
+    if escapes:
+        raise PolicyError(escapes)
+    return LoadedPolicy(policy, source, places, text)
+
+
+def _validate(text: str, source: str) -> tuple[Policy, dict[NodePath, Place]]:
+    """The text composed, built and validated: the policy and the place of every node."""
+    from callgate.policy._compose import Builder, compose
+
+    root = compose(text, source, MAX_DEPTH)
+    builder = Builder()
     data = builder.build(root, ())
     if not isinstance(data, dict):
         raise PolicyError([_problem("the top level of a policy must be a mapping of keys "
                                     "(name, version, rules, ...)", source, root, ())])
-    problems = builder.problems + _regex_problems(data, builder) + _id_problems(data, builder)
+    problems = [_problem(message, source, node, path) for message, node, path in builder.refused]
+    problems += _regex_problems(data, builder, source) + _id_problems(data, builder, source)
     flagged = [p for p in problems if p.field is not None]
     try:
         policy = Policy.model_validate(data)
     except ValidationError as exc:
-        problems += [p for p in _placed(exc, data, builder) if not _covered(p, flagged)]
+        problems += [p for p in _placed(exc, data, builder, source) if not _covered(p, flagged)]
         raise PolicyError(_sorted(problems)) from exc
     if problems:
         raise PolicyError(_sorted(problems))
-    policy = _resolve_working_dir(policy, base_dir)
-    escapes = _root_problems(policy, builder)
-    if escapes:
-        raise PolicyError(escapes)
-    return LoadedPolicy(policy, source, builder.values, text)
+    return policy, builder.places()
 
 
-def _root_problems(policy: Policy, builder: _Builder) -> list[Problem]:
+def _root_problems(policy: Policy, places: Mapping[NodePath, Place], source: str
+                   ) -> list[Problem]:
     """Declared roots a symlink leads out of where they were written, at the place written.
 
     Relative roots are taken against the working directory the kernel will use by default: the
@@ -242,18 +181,20 @@ def _root_problems(policy: Policy, builder: _Builder) -> list[Problem]:
     problems = []
     for where, why in root_problems(policy, working_dir):
         node_path = where
-        while node_path not in builder.values:  # e.g. a default filled in by the schema
+        while node_path not in places:  # e.g. a default filled in by the schema
             node_path = node_path[:-1]
-        problems.append(_problem(why, builder.source, builder.values[node_path], where))
+        line, column = places[node_path][:2]
+        problems.append(Problem(why, source, line, column, field_name(where) or None))
     return _sorted(problems)
 
 
-def _placed(exc: ValidationError, data: dict[str, Any], builder: _Builder) -> list[Problem]:
+def _placed(exc: ValidationError, data: dict[str, Any], builder: Builder, source: str
+            ) -> list[Problem]:
     """The schema errors as placed problems; unplaced if placing them fails (never lose one)."""
     try:
-        return _validation_problems(exc, data, builder)
+        return _validation_problems(exc, data, builder, source)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-        return [Problem(f"{err['msg']} at {'.'.join(map(str, err['loc']))}", builder.source)
+        return [Problem(f"{err['msg']} at {'.'.join(map(str, err['loc']))}", source)
                 for err in exc.errors(include_url=False)]
 
 
@@ -264,98 +205,7 @@ def _check_size(size: int, source: str) -> None:
         )])
 
 
-def _compose(text: str, source: str) -> Node:
-    loader: _NodeLoader | None = None
-    try:
-        loader = _NodeLoader(text)
-        root = loader.get_single_node()
-    except _Refused as exc:
-        line, column = _place(exc.mark)
-        raise PolicyError([Problem(str(exc), source, line, column)]) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        message = ": ".join(part for part in (exc.context, exc.problem) if part) or "unreadable"
-        place = _place(mark) if mark is not None else (None, None)
-        raise PolicyError([Problem(f"invalid YAML: {message}", source, *place)]) from exc
-    except yaml.reader.ReaderError as exc:
-        line = text.count("\n", 0, exc.position) + 1
-        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
-        raise PolicyError([Problem(f"invalid YAML: {exc.reason}", source, line, column)]) from exc
-    except (yaml.YAMLError, RecursionError) as exc:
-        raise PolicyError([Problem(f"invalid YAML: {exc}", source)]) from exc
-    finally:
-        if loader is not None:
-            loader.dispose()
-    if root is None:
-        raise PolicyError([Problem("the policy is empty (it needs at least name and version)",
-                                   source)])
-    return root
-
-
-class _Builder:
-    """Builds plain Python values from the node tree, recording each node's place by path."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.values: dict[NodePath, Node] = {}
-        self.keys: dict[NodePath, Node] = {}
-        self.problems: list[Problem] = []
-
-    def build(self, node: Node, path: NodePath) -> Any:
-        self.values[path] = node
-        if isinstance(node, MappingNode):
-            return self._mapping(node, path)
-        if isinstance(node, SequenceNode):
-            self._check_tag(node, _SEQ, path)
-            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-        assert isinstance(node, ScalarNode)
-        return self._scalar(node, path)
-
-    def _mapping(self, node: MappingNode, path: NodePath) -> dict[str, Any]:
-        self._check_tag(node, _MAP, path)
-        result: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, ScalarNode):
-                self._fail("mapping keys must be plain text", key_node, path)
-                continue
-            key = key_node.value
-            if key in result:
-                first = _place(self.keys[(*path, key)].start_mark)
-                self._fail(f"duplicate key {key!r} (first given at line {first[0]})",
-                           key_node, (*path, key))
-                continue
-            self.keys[(*path, key)] = key_node
-            result[key] = self.build(value_node, (*path, key))
-        return result
-
-    def _scalar(self, node: ScalarNode, path: NodePath) -> Any:
-        value: str = node.value
-        if node.tag == _STR:
-            return value
-        kind = node.tag.rsplit(":", 1)[-1]
-        if node.tag not in _SCALAR_READERS:
-            self._fail(f"unsupported YAML tag {node.tag!r}", node, path)
-            return None
-        # Explicit tags (!!bool yes) are held to the same core-schema spellings as plain ones.
-        if not _CORE_PATTERNS[node.tag].match(value):
-            self._fail(f"{_short(value)} is not a valid {kind}", node, path)
-            return None
-        try:
-            return _SCALAR_READERS[node.tag](value)
-        except ValueError:
-            # e.g. an integer beyond Python's digit limit; say what, not how to lift the limit
-            self._fail(f"cannot read {_short(value)} as {kind}", node, path)
-            return None
-
-    def _check_tag(self, node: Node, expected: str, path: NodePath) -> None:
-        if node.tag != expected:
-            self._fail(f"unsupported YAML tag {node.tag!r}", node, path)
-
-    def _fail(self, message: str, node: Node, path: NodePath) -> None:
-        self.problems.append(_problem(message, self.source, node, path))
-
-
-def _regex_problems(data: dict[str, Any], builder: _Builder) -> list[Problem]:
+def _regex_problems(data: dict[str, Any], builder: Builder, source: str) -> list[Problem]:
     """Refuse rule parameter patterns that cannot run in linear time with Python's meaning."""
     problems: list[Problem] = []
     rules = data.get("rules")
@@ -369,12 +219,12 @@ def _regex_problems(data: dict[str, Any], builder: _Builder) -> list[Problem]:
             reason = check_pattern(pattern)
             if reason is not None:
                 path: NodePath = ("rules", i, "match", "parameters", name, "pattern")
-                problems.append(_problem(f"refused regex: {reason}", builder.source,
+                problems.append(_problem(f"refused regex: {reason}", source,
                                          builder.values[path], path))
     return problems
 
 
-def _id_problems(data: dict[str, Any], builder: _Builder) -> list[Problem]:
+def _id_problems(data: dict[str, Any], builder: Builder, source: str) -> list[Problem]:
     """Report a repeated rule or statement id at the repeat (the schema only names the first)."""
     problems: list[Problem] = []
     for section in ("rules", "behavior"):
@@ -387,7 +237,7 @@ def _id_problems(data: dict[str, Any], builder: _Builder) -> list[Problem]:
             if ident in seen:
                 path: NodePath = (section, i, "id")
                 problems.append(_problem(
-                    f"duplicate id {ident!r} (also {section}[{seen[ident]}])", builder.source,
+                    f"duplicate id {ident!r} (also {section}[{seen[ident]}])", source,
                     builder.values[path], path))
             else:
                 seen[ident] = i
@@ -403,9 +253,11 @@ _SHAPE_ERRORS = frozenset({
 
 
 def _validation_problems(
-    exc: ValidationError, data: dict[str, Any], builder: _Builder
+    exc: ValidationError, data: dict[str, Any], builder: Builder, source: str
 ) -> list[Problem]:
     """Turn each schema error into a problem at the node it names; merge union alternatives."""
+    from callgate.policy._compose import short
+
     plain: list[Problem] = []
     unions: dict[NodePath, list[tuple[Any, NodePath]]] = {}
     for error in exc.errors(include_url=False):
@@ -413,18 +265,18 @@ def _validation_problems(
             continue  # reported with its exact place by _id_problems
         path, union_at = _data_path(error, data)
         if union_at is None:
-            plain.append(_error_problem(error, path, builder))
+            plain.append(_error_problem(error, path, builder, source))
         else:
             unions.setdefault(union_at, []).append((error, path))
     for union_at, errors in unions.items():
         specific = [(e, p) for e, p in errors if not (p == union_at and e["type"] in _SHAPE_ERRORS)]
         if specific:
-            plain += [_error_problem(e, p, builder) for e, p in specific]
+            plain += [_error_problem(e, p, builder, source) for e, p in specific]
             continue
         forms = dict.fromkeys(_shape_text(e) for e, _ in errors)
-        value = _short(errors[0][0].get("input"))
+        value = short(errors[0][0].get("input"))
         node = builder.values[union_at]
-        plain.append(_problem(f"must be {' or '.join(forms)} (got {value})", builder.source,
+        plain.append(_problem(f"must be {' or '.join(forms)} (got {value})", source,
                               node, union_at))
     return plain
 
@@ -456,8 +308,10 @@ def _has_child(value: Any, part: str | int) -> bool:
     return False
 
 
-def _error_problem(error: Any, path: NodePath, builder: _Builder) -> Problem:
+def _error_problem(error: Any, path: NodePath, builder: Builder, source: str) -> Problem:
     """One schema error as a problem: unknown keys at the key, missing ones at their mapping."""
+    from callgate.policy._compose import short
+
     kind = error["type"]
     if kind == "missing":
         message = f"missing required key {path[-1]!r}"
@@ -467,13 +321,12 @@ def _error_problem(error: Any, path: NodePath, builder: _Builder) -> Problem:
         text = error["msg"].removeprefix("Value error, ")
         message = f"{text[:1].lower()}{text[1:]}"
         if kind != "value_error":  # a custom check's message already says what is wrong
-            message += f" (got {_short(error.get('input'))})"
+            message += f" (got {short(error.get('input'))})"
     node = builder.keys.get(path) if kind == "extra_forbidden" else None
     node_path = path
     while node is None and node_path not in builder.values:
         node_path = node_path[:-1]
-    line, column = _place((node or builder.values[node_path]).start_mark)
-    return Problem(message, builder.source, line, column, field_name(path) or None)
+    return _problem(message, source, node or builder.values[node_path], path)
 
 
 def _shape_text(error: Any) -> str:
@@ -483,13 +336,10 @@ def _shape_text(error: Any) -> str:
     return text.removeprefix("Input should be ")
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
 def _suggest(path: NodePath) -> str:
     """A hint for an unknown key: the closest allowed key, or the allowed keys."""
+    import difflib
+
     allowed = _allowed_keys(path[:-1])
     if not allowed:
         return ""
@@ -557,13 +407,10 @@ def _sorted(problems: list[Problem]) -> list[Problem]:
     return sorted(problems, key=lambda p: (p.line or 0, p.column or 0))
 
 
-def _place(mark: Any) -> tuple[int, int]:
-    return mark.line + 1, mark.column + 1
-
-
 def _problem(message: str, source: str, node: Node, path: NodePath) -> Problem:
-    line, column = _place(node.start_mark)
-    return Problem(message, source, line, column, field_name(path) or None)
+    """A problem at the place ``node`` starts, naming the field at ``path``."""
+    mark = node.start_mark
+    return Problem(message, source, mark.line + 1, mark.column + 1, field_name(path) or None)
 
 
 def field_name(path: NodePath) -> str:

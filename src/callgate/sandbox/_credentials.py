@@ -12,18 +12,46 @@ The walk fails closed:
   would need more raises ``SandboxError`` naming the root, and the tool does not start;
 * a directory it cannot list is covered whole (the tool may still know names inside it);
 * symlinks are not followed: a link's target is covered where it really is, if visible.
+
+**The walk is cached per directory** (``ScanCache``, one per process: ``SCAN_CACHE``). What a
+directory's listing gave (its credential names, its subdirectories, its entry count) is reused
+while the directory's stamp — device, inode, ``st_mtime`` and ``st_ctime`` — is what it was
+when it was listed: creating, removing or renaming an entry changes the directory's ``st_mtime``
+and ``st_ctime``, so a credential file created after a run is found by the next one, and only
+the directories that changed are listed again. A listing is reused only when it can be trusted:
+
+* a directory whose stamp cannot be read now is listed again;
+* a listing whose directory changed within ``RACY_MARGIN_NS`` before it was listed is not kept
+  (a filesystem stamps changes with a coarse clock — a tick, two seconds on FAT — so a change
+  just after the listing could leave the same stamp), nor one stamped in the future;
+* ``st_ctime`` cannot be set back by a user (``utime`` sets it to now), so restoring a
+  directory's ``st_mtime`` after planting a file does not hide the change.
+
+Entries of a reused listing count against the limit as if they had been listed.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from callgate._errors import SandboxError
 from callgate.matchers._sensitive import SENSITIVE_PATH, is_sensitive_name
 
 #: How many directory entries the credential scan may visit per run, over all roots.
 SCAN_LIMIT = 100_000
+#: A listing is kept only if its directory last changed at least this long before it was
+#: listed: longer than any filesystem's timestamp granularity (FAT: two seconds).
+RACY_MARGIN_NS = 3_000_000_000
+#: Directory listings the cache keeps (least recently used dropped first).
+CACHE_DIRECTORIES = 100_000
+
+#: (st_dev, st_ino, st_mtime_ns, st_ctime_ns) of a directory.
+Stamp = tuple[int, int, int, int]
 
 
 def is_within(path: str, root: str) -> bool:
@@ -41,12 +69,95 @@ def _sensitive(parent_name: str, name: str) -> bool:
     )
 
 
+def _stamp(directory: str) -> Stamp | None:
+    try:
+        info = os.stat(directory, follow_symlinks=False)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What one directory's listing gave the scan."""
+
+    stamp: Stamp | None
+    entries: int
+    found: tuple[str, ...]
+    subdirs: tuple[str, ...]
+
+
+class ScanCache:
+    """Directory listings of earlier scans, reused while each directory's stamp is unchanged.
+
+    ``clock`` gives the time (ns since the epoch) a listing is checked against; ``margin_ns``
+    is how long before the listing its directory must have last changed for it to be kept.
+    Thread-safe; bounded to ``max_directories`` listings.
+    """
+
+    def __init__(
+        self,
+        *,
+        margin_ns: int = RACY_MARGIN_NS,
+        clock: Callable[[], int] = time.time_ns,
+        max_directories: int = CACHE_DIRECTORIES,
+    ) -> None:
+        self.margin_ns = margin_ns
+        self.clock = clock
+        self.max_directories = max_directories
+        self._listings: OrderedDict[str, Listing] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, directory: str) -> Listing | None:
+        """The kept listing of ``directory`` if its stamp is still the one listed, else None."""
+        with self._lock:
+            kept = self._listings.get(directory)
+        if kept is None:
+            return None
+        if _stamp(directory) != kept.stamp:
+            with self._lock:
+                self._listings.pop(directory, None)
+            return None
+        with self._lock:
+            if directory in self._listings:
+                self._listings.move_to_end(directory)
+        return kept
+
+    def put(self, directory: str, listing: Listing, listed_at: int) -> None:
+        """Keep ``listing`` (made at ``listed_at``) if its stamp can be trusted later."""
+        if listing.stamp is None:
+            return
+        _, _, mtime, ctime = listing.stamp
+        newest = max(mtime, ctime)
+        if newest > listed_at - self.margin_ns or newest > self.clock() + self.margin_ns:
+            return  # changed too recently (or stamped in the future): not to be trusted
+        with self._lock:
+            self._listings[directory] = listing
+            self._listings.move_to_end(directory)
+            while len(self._listings) > self.max_directories:
+                self._listings.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every listing."""
+        with self._lock:
+            self._listings.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._listings)
+
+
+#: The process's cache of directory listings.
+SCAN_CACHE = ScanCache()
+
+
 class _Walk:
     """One scan over several roots, sharing one entry limit."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, cache: ScanCache | None) -> None:
         self.remaining = limit
         self.limit = limit
+        self.cache = cache
         self.found: list[str] = []
         self.unlistable: list[str] = []
 
@@ -55,32 +166,57 @@ class _Walk:
         while stack:
             directory = stack.pop()
             try:
-                self._directory(root, directory, stack)
+                listing = self._listing(root, directory)
             except (FileNotFoundError, NotADirectoryError):
                 continue  # gone since it was listed: nothing to cover
             except OSError:
                 self.unlistable.append(directory)
+                continue
+            self.found.extend(listing.found)
+            stack.extend(listing.subdirs)
 
-    def _directory(self, root: str, directory: str, stack: list[str]) -> None:
+    def _count(self, root: str, entries: int) -> None:
+        self.remaining -= entries
+        if self.remaining < 0:
+            raise SandboxError(
+                f"the credential scan of {root} needs more than {self.limit} directory "
+                f"entries, so credential files below it cannot all be hidden; declare "
+                f"narrower read/write roots, or raise scan_limit"
+            )
+
+    def _listing(self, root: str, directory: str) -> Listing:
+        kept = None if self.cache is None else self.cache.get(directory)
+        if kept is not None:
+            self._count(root, kept.entries)
+            return kept
+        listed_at = time.time_ns() if self.cache is None else self.cache.clock()
+        stamp = _stamp(directory)  # before the listing: a change during it shows next time
         parent_name = os.path.basename(directory)
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                self.remaining -= 1
-                if self.remaining < 0:
-                    raise SandboxError(
-                        f"the credential scan of {root} needs more than {self.limit} directory "
-                        f"entries, so credential files below it cannot all be hidden; declare "
-                        f"narrower read/write roots, or raise scan_limit"
-                    )
+        found: list[str] = []
+        subdirs: list[str] = []
+        entries = 0
+        with os.scandir(directory) as listed:
+            for entry in listed:
+                entries += 1
+                self._count(root, 1)
                 if _sensitive(parent_name, entry.name):
-                    self.found.append(entry.path)
+                    found.append(entry.path)
                 elif entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
+                    subdirs.append(entry.path)
+        listing = Listing(stamp, entries, tuple(found), tuple(subdirs))
+        if self.cache is not None:
+            self.cache.put(directory, listing, listed_at)
+        return listing
 
 
-def scan(roots: Iterable[str], limit: int = SCAN_LIMIT) -> tuple[list[str], list[str]]:
-    """(credential paths, directories that could not be listed) below ``roots``."""
-    walk = _Walk(limit)
+def scan(
+    roots: Iterable[str], limit: int = SCAN_LIMIT, cache: ScanCache | None = SCAN_CACHE
+) -> tuple[list[str], list[str]]:
+    """(credential paths, directories that could not be listed) below ``roots``.
+
+    ``cache`` holds the listings of earlier scans (None: list every directory).
+    """
+    walk = _Walk(limit, cache)
     for root in roots:
         if os.path.isdir(root):
             walk.root(root)
@@ -121,7 +257,10 @@ def off_path(top: str, keep: Iterable[str]) -> list[str]:
 
 
 def sensitive_paths(
-    visible: tuple[str, ...], named: tuple[str, ...], limit: int = SCAN_LIMIT
+    visible: tuple[str, ...],
+    named: tuple[str, ...],
+    limit: int = SCAN_LIMIT,
+    cache: ScanCache | None = SCAN_CACHE,
 ) -> tuple[str, ...]:
     """Credential paths inside the visible roots that were not declared by name.
 
@@ -129,8 +268,9 @@ def sensitive_paths(
     declared by name when a declared root is that path or lies below it; a root above it
     (``~/**``) does not name it. Declaring ``~/.ssh/known_hosts`` shows that file only: the
     rest of ``~/.ssh`` stays hidden. Raises ``SandboxError`` when the scan cannot finish.
+    ``cache`` holds the listings of earlier scans (see ``ScanCache``).
     """
-    found, unlistable = scan(visible, limit)
+    found, unlistable = scan(visible, limit, cache)
     # A symlinked credential is masked where it really is; if that place is not visible the
     # link already dangles inside the sandbox.
     resolved = {os.path.realpath(path) for path in found}
