@@ -371,3 +371,13 @@ def test_the_default_directory_follows_xdg_then_home() -> None:
     assert home is not None and home.directory == "/home/a/.cache/callgate"
     assert PolicyCache.default({"HOME": "not/absolute"}) is None
     assert PolicyCache.default({}) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_policy_file_of_another_user_is_never_cached(
+        cache: PolicyCache, policy_file: Path) -> None:
+    os.chown(policy_file, 4242, 4242)
+    for _ in range(2):
+        assert load_policy(policy_file, cache=cache).policy.name == "cached"
+    assert (cache.hits, cache.misses, cache.stored) == (0, 0, 0)
+    assert not os.path.exists(cache.directory)

@@ -32,9 +32,11 @@ file, or a changed callgate, finds no entry and is validated again.
 * an entry is written to a fresh temporary file in the directory and renamed into place, so a
   reader sees a whole entry or none.
 
-Only texts that validate are stored. Whatever goes wrong with the cache (a directory that cannot
-be created or written, a full disk, a foreign entry) costs the speed-up, never the answer: the
-text is validated as if there were no cache.
+Only texts that validate are stored, and only files of the user's own are cached: the user can
+write the cache, so an entry must not stand for a file the user cannot change (a policy an
+administrator owns is validated on every load). Whatever goes wrong with the cache (a directory
+that cannot be created or written, a full disk, a foreign entry) costs the speed-up, never the
+answer: the text is validated as if there were no cache.
 """
 
 from __future__ import annotations
@@ -125,6 +127,13 @@ class PolicyCache:
                 return None
             base = os.path.join(home, ".cache")
         return cls(os.path.join(base, "callgate")) if _POSIX else None
+
+    @staticmethod
+    def may_stand_for(owner: int) -> bool:
+        """Whether an entry may stand for a file owned by ``owner`` (a uid): only for a file of
+        the user's own. The user can write the cache; an entry standing for a file the user
+        cannot change (an administrator's policy) would be less trustworthy than the file."""
+        return _POSIX and owner == os.geteuid()
 
     def get(self, kind: str, content: bytes) -> Compiled | None:
         """What validating ``content`` (a ``file``'s bytes or a ``text``'s) gave, if stored."""

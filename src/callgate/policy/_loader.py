@@ -93,12 +93,14 @@ def load_policy(path: str | os.PathLike[str], *, cache: PolicyCache | None = Non
     """Read and validate a policy file; raise ``PolicyError`` listing every problem found.
 
     A relative ``working_dir`` in the file is resolved against the file's directory. With
-    ``cache``, a file whose bytes validated before loads from the cache (see ``PolicyCache``).
+    ``cache``, a file whose bytes validated before loads from the cache (see ``PolicyCache``);
+    a file owned by another user (one the user cannot change) never does.
     """
     source = os.fspath(path)
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_POLICY_BYTES + 1)
+            owner = os.fstat(handle.fileno()).st_uid
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise PolicyError([Problem(f"cannot read policy file: {reason}", source)]) from exc
@@ -111,6 +113,8 @@ def load_policy(path: str | os.PathLike[str], *, cache: PolicyCache | None = Non
         raise PolicyError(
             [Problem("policy file is not valid UTF-8", source, line, column)]
         ) from exc
+    if cache is not None and not cache.may_stand_for(owner):
+        cache = None  # the user's cache is no stand-in for a file the user cannot change
     return _load(text, source, Path(source).parent, cache, ("file", data))
 
 
