@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from callgate._model import ToolCall, ToolResult
 from callgate.guards import EgressGuard, EgressSettings, FingerprintStore
-from callgate.guards._egress import registrable
+from callgate.guards._scan import registrable
 
 
 def http(action: str = "get", seq: int = 1, **params: Any) -> ToolCall:

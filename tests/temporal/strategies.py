@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 from callgate._model import Event
 
 ACTIONS = ("a", "b", "c", "d")
-VALUES: tuple[Any, ...] = ("1", "2", "M", 1, 2.0, "xM1")
+VALUES: tuple[Any, ...] = ("1", "2", "M", 1, 2.0, "xM1", True)
+#: Many distinct values: an argument that takes them cannot stay part of an event's kind.
+WIDE_VALUES: tuple[Any, ...] = (*VALUES, *(f"w{i}" for i in range(40)))
 
 GROUND_ATOMS = (
     "action = a", "action = b", "action in {a, b}", "action in {c, d}", "action != c",
@@ -21,12 +23,14 @@ GROUND_ATOMS = (
 
 
 @st.composite
-def events(draw: st.DrawFn, max_size: int = 7) -> list[Event]:
-    """A short trace of typed events over a tiny vocabulary (so patterns often match)."""
+def events(draw: st.DrawFn, max_size: int = 7, wide: bool = False) -> list[Event]:
+    """A short trace of typed events over a tiny vocabulary (so patterns often match); with
+    ``wide``, ``x`` takes many distinct values too."""
     count = draw(st.integers(0, max_size))
     out = []
     for seq in range(1, count + 1):
-        args = {k: draw(st.sampled_from(VALUES)) for k in ("x", "y") if draw(st.booleans())}
+        args = {k: draw(st.sampled_from(WIDE_VALUES if wide and k == "x" else VALUES))
+                for k in ("x", "y") if draw(st.booleans())}
         out.append(Event(
             action=draw(st.sampled_from(ACTIONS)),
             args=args,

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from callgate._model import Reason, ToolCall, ToolResult
+from callgate.guards._scan import scan_of
 from callgate.guards._text import CACHED_CHARS, walk_strings
 
 #: Cyrillic and Greek letters that render like Latin ones (lower case; input is case-folded).
@@ -132,7 +133,7 @@ class InjectionGuard:
                 return Reason(id="guard.injection.mixed-script", check="guard",
                               message=f"parameter {key!r} holds a word mixing Latin with "
                                       f"look-alike letters ({word!r})")
-        for text in walk_strings(call.parameters):
+        for text in scan_of(call).strings:
             found = self._phrases.search(normalise(text))
             if found is None:
                 continue

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from callgate._model import UNTRUSTED_SOURCES, Reason, ToolCall, ToolResult
 from callgate.guards._decode import Forms, decode_all
+from callgate.guards._scan import scan_of
 from callgate.guards._store import MAX_SCAN_CHARS, FingerprintStore
 from callgate.guards._text import (
     high_entropy_tokens,
@@ -31,7 +32,6 @@ from callgate.guards._text import (
     secret_assignments,
     walk_strings,
 )
-from callgate.matchers._sensitive import SENSITIVE_PATH
 
 #: (tool_class, action) pairs that only read inside the agent's own boundary: not checked.
 INWARD_ACTIONS: frozenset[tuple[str, str]] = frozenset({
@@ -61,15 +61,6 @@ def secret_parts(text: str, *, sensitive: bool) -> list[str]:
     return parts
 
 
-def _is_sensitive(call: ToolCall) -> bool:
-    return any(SENSITIVE_PATH.search(s) for s in walk_strings(call.parameters))
-
-
-def _outbound_strings(call: ToolCall) -> Forms:
-    """Every parameter string, with its decoded forms."""
-    return decode_all(walk_strings(call.parameters), max_chars=MAX_SCAN_CHARS)
-
-
 def _over_budget(guard: str) -> Reason:
     return _reason(guard, "budget", "the call's parameters decode to more forms than the guard "
                                     "checks; it is refused rather than checked in part")
@@ -90,10 +81,10 @@ class SecretsGuard:
             return _reason("secrets", "state", self.store.broken)
         if (call.tool_class, call.action) in INWARD_ACTIONS:
             return None
-        forms = _outbound_strings(call)
+        forms = scan_of(call).outbound
         if not forms.complete:
             return _over_budget("secrets")
-        origin = self.store.find("secret", forms.texts)
+        origin = self.store.find("secret", forms.texts) if self.store.holds("secret") else None
         if origin is not None:
             return _reason("secrets", "fingerprint",
                            f"the call carries content of a secret read earlier ({origin})")
@@ -108,7 +99,7 @@ class SecretsGuard:
         """Fingerprint the secret parts of what a call returned."""
         if result is None or result.status != "ok":
             return
-        sensitive = _is_sensitive(call)
+        sensitive = scan_of(call).sensitive
         origin = f"{call.tool} at {call.run_id or 'run'}:{call.sequence}"
         for text in walk_strings(result.output):
             for part in secret_parts(text, sensitive=sensitive):
@@ -131,7 +122,7 @@ def _relay_surface(call: ToolCall) -> Forms:
     """The strings a relay could travel in, decoded: all of a shell call; an HTTP call's
     query, headers and body (its scheme, host and path name a place the agent may link to)."""
     if call.tool_class != "http":
-        return _outbound_strings(call)
+        return scan_of(call).outbound
     texts: list[str] = []
     for key, value in call.parameters.items():
         if key == "url" and isinstance(value, str):
@@ -158,8 +149,8 @@ class ProvenanceGuard:
             self._taint.pop(next(iter(self._taint)))
         if self.store.broken:
             return _reason("relay", "state", self.store.broken)
-        if call.tool_class not in self.checked_classes:
-            return None
+        if call.tool_class not in self.checked_classes or not self.store.holds("planted"):
+            return None  # nothing planted yet: nothing to recognise, nothing to decode
         forms = _relay_surface(call)
         if not forms.complete:
             return _over_budget("relay")

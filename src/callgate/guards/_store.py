@@ -109,6 +109,10 @@ class FingerprintStore:
                 self._db.close()
                 self._db = None
 
+    def holds(self, kind: str) -> bool:
+        """Whether any fingerprint of ``kind`` is stored (else ``find`` finds nothing)."""
+        return bool(self._hashes.get(kind))
+
     def count(self, kind: str) -> int:
         """How many digests of ``kind`` are stored."""
         return sum(len(d) for d in self._hashes.get(kind, {}).values())

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from callgate.matchers._regex import compile_search_regex
+from callgate.matchers._screen import Screened
 
 #: How deep parameters are walked; the kernel refuses deeper nesting before guards run.
 MAX_DEPTH = 40
@@ -27,18 +28,24 @@ _B64_ONLY = re.compile(r"^[A-Za-z0-9+/_-]+={0,2}$")
 #: Python's meaning (``callgate.matchers._regex``): linear in the text, where Python's engine
 #: took time quadratic in it (``-eyJ`` or ``-----BEGIN PRIVATE KEY-----`` repeated) or worse (blank
 #: lines before the assignment pattern). Word boundaries are ASCII (``(?a)``), like the classes.
-KEY_SHAPES: tuple[tuple[str, Any], ...] = tuple((name, compile_search_regex(pattern)) for
-                                                name, pattern in (
-    ("pem-private-key",
-     r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]{16,}?-----END [A-Z0-9 ]*PRIVATE KEY-----"),
-    ("aws-access-key", r"(?a)\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    ("aws-secret-key", r"(?i)aws_secret_access_key\s*[=:]\s*['\"]?([A-Za-z0-9/+=]{40})"),
-    ("github-token", r"(?a)\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
-    ("slack-token", r"(?a)\bxox[abprs]-[A-Za-z0-9-]{10,}\b"),
-    ("api-key", r"(?a)\bsk-[A-Za-z0-9_-]{20,}\b"),
-    ("google-api-key", r"(?a)\bAIza[0-9A-Za-z_-]{35}\b"),
-    ("jwt", r"(?a)\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-))
+KEY_SHAPES: tuple[tuple[str, Screened], ...] = tuple(
+    (name, Screened(compile_search_regex(pattern), literals, ignore_case=ignore_case,
+                    source=pattern))
+    for name, pattern, literals, ignore_case in (
+        ("pem-private-key",
+         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]{16,}?-----END [A-Z0-9 ]*PRIVATE KEY-----",
+         ("-----BEGIN ",), False),
+        ("aws-access-key", r"(?a)\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", ("AKIA", "ASIA"), False),
+        ("aws-secret-key", r"(?i)aws_secret_access_key\s*[=:]\s*['\"]?([A-Za-z0-9/+=]{40})",
+         ("aws_secret_access_key",), True),
+        ("github-token", r"(?a)\bgh[pousr]_[A-Za-z0-9]{36,}\b",
+         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), False),
+        ("slack-token", r"(?a)\bxox[abprs]-[A-Za-z0-9-]{10,}\b", ("xox",), False),
+        ("api-key", r"(?a)\bsk-[A-Za-z0-9_-]{20,}\b", ("sk-",), False),
+        ("google-api-key", r"(?a)\bAIza[0-9A-Za-z_-]{35}\b", ("AIza",), False),
+        ("jwt", r"(?a)\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", ("eyJ",),
+         False),
+    ))
 #: ``NAME=value`` / ``name: value`` / ``"name": "value"`` lines whose name says "secret".
 _SECRET_ASSIGNMENT: Any = compile_search_regex(
     r"""(?im)^[\s"']*([A-Za-z0-9_.-]*(?:pass(?:word|wd)?|secret|token|api[_-]?key|"""

@@ -8,12 +8,12 @@ judged by the same monitors as a policy's own ``behavior`` section.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from callgate._model import ToolCall
-from callgate.matchers._sensitive import SENSITIVE_PATH
+from callgate.guards._scan import scan_of
 
 #: (tool_class, action) pairs a quarantined run may still take.
 READ_ONLY_ACTIONS: frozenset[tuple[str, str]] = frozenset(
@@ -60,19 +60,6 @@ class Quarantine:
                 "counters": dict(self.counters), "matched": list(self.matched), "at": self.at}
 
 
-def _strings(value: Any, depth: int = 0) -> Iterator[str]:
-    if depth > 16:
-        return
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _strings(item, depth + 1)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _strings(item, depth + 1)
-
-
 class RunState:
     """Counters and quarantine of one run."""
 
@@ -89,8 +76,7 @@ class RunState:
         """Count what a call attempts (allowed or not): egress writes and sensitive reads."""
         if call.tool_class == "http" and call.action in EGRESS_WRITE_ACTIONS:
             self.counters.external_egress_attempts += 1
-        if call.tool_class in ("file", "shell") and any(
-                SENSITIVE_PATH.search(t) for t in _strings(call.parameters)):
+        if call.tool_class in ("file", "shell") and scan_of(call).sensitive:
             self.counters.sensitive_file_read_attempts += 1
 
     def note_denied(self, *, capability: bool) -> Quarantine | None:

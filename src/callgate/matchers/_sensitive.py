@@ -17,9 +17,9 @@ because the match looks at the name and the separator in front of it, never at t
 
 from __future__ import annotations
 
-from typing import Any
-
 import re2  # google-re2 ships no type information (ignore_missing_imports in pyproject)
+
+from callgate.matchers._screen import Screened
 
 # What may stand before a dot-directory or file name: a path separator, the start of a word of
 # a command line, a quote, an assignment or option separator.
@@ -28,8 +28,9 @@ _BEFORE = r"(?:^|[/\\\s~\"'`=:;,(<>|&])"
 _AFTER = r"(?:[/\\\s\"'`;,)<>|&]|$)"
 
 #: Paths whose content is secret (searched in any text; see the module docstring). RE2, so a
-#: search is linear in the text whatever it holds (the texts are the agent's parameters).
-SENSITIVE_PATH: Any = re2.compile(
+#: search is linear in the text whatever it holds (the texts are the agent's parameters); behind
+#: a screen of the literals every match holds, so most texts never reach RE2.
+SENSITIVE_PATH = Screened(re2.compile(
     r"(?i)"
     rf"{_BEFORE}\.(?:ssh|gnupg|aws|azure|kube|docker|netrc|pgpass|git-credentials|npmrc|pypirc)"
     rf"{_AFTER}"
@@ -39,11 +40,13 @@ SENSITIVE_PATH: Any = re2.compile(
     r"|[/\\]etc[/\\](?:\.?[/\\])*(?:shadow|gshadow|sudoers)"
     r"|credential"
     rf"|(?:{_BEFORE}|[_.-])secrets?(?:[_.-]|{_AFTER})",
-)
+), (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".pgpass", ".npmrc",
+    ".pypirc", ".config", ".env", "id_", "etc", "credential", "secret"), ignore_case=True)
 
 #: Names of resources that hold secrets wherever they are: tables, vault endpoints, URLs.
-SECRET_RESOURCE: Any = re2.compile(
-    r"(?i)\b(secrets?|credentials?|api_keys?|passwords?|tokens)\b|/vault/|//vault\.|/v1/secret")
+SECRET_RESOURCE = Screened(re2.compile(
+    r"(?i)\b(secrets?|credentials?|api_keys?|passwords?|tokens)\b|/vault/|//vault\.|/v1/secret"),
+    ("secret", "credential", "api_key", "password", "token", "/vault"), ignore_case=True)
 
 
 def is_sensitive_name(name: str) -> bool:

@@ -19,7 +19,7 @@ from typing import cast
 from callgate._model import Event
 from callgate.temporal import _nodes as n
 from callgate.temporal._forms import NO_EVENTS
-from callgate.temporal._patterns import CompiledPattern, GlobSet, links_of, text_of
+from callgate.temporal._patterns import CompiledPattern, GlobSet, atom_test, links_of, text_of
 
 Eval = Callable[[Event, int], int]
 _NONE: list[int] = []
@@ -40,9 +40,12 @@ class AlwaysMonitor:
         ]
         self._last = [0] * len(self._onces)  # where each once's child last held (0 = never)
         self._groups: dict[int, list[int]] = {}
-        self._root = self._compile(body)
-        self._once_children = [self._compile(o.body) for o in self._onces]
-        self._eventually_children = [self._compile(e.body) for e in self._eventually]
+        self._body = body
+        self._general = _Kind(self._compile(body),
+                              [self._compile(o.body) for o in self._onces],
+                              [self._compile(e.body) for e in self._eventually], quiet=False)
+        self._kinds = _Kinds(body)
+        self._specs: dict[tuple[object, ...], _Kind] = {}
 
     # -- compilation ----------------------------------------------------------------------
     def _compile(self, body: n.Body) -> Eval:
@@ -70,17 +73,53 @@ class AlwaysMonitor:
             return lambda ev, pos: full if last[slot] else 0
         return lambda ev, pos: full if last[slot] and last[slot] >= pos - bound else 0
 
+    def _kind(self, ev: Event) -> _Kind:
+        """The body specialised to events of ``ev``'s kind (made on first sight of the kind),
+        or the general body when the event has no kind the monitor can remember."""
+        key = self._kinds.key(ev)
+        try:
+            found = self._specs.get(key)
+        except TypeError:  # a value that cannot be a key (a list): the general body
+            return self._general
+        if found is not None:
+            return found
+        if self._kinds.note(key):  # an argument of too many values left the key
+            self._specs.clear()
+            return self._general
+        if len(self._specs) >= _MAX_KINDS:
+            return self._general
+        known = self._kinds.known(ev)
+        root = _specialise(self._body, known)
+        onces = [_specialise(o.body, known) for o in self._onces]
+        eventually = [_specialise(e.body, known) for e in self._eventually]
+        quiet = root is True and not any(c is not False for c in (*onces, *eventually))
+        found = _Kind(self._compile_spec(root), [self._compile_spec(c) for c in onces],
+                      [self._compile_spec(c) for c in eventually], quiet=quiet)
+        self._specs[key] = found
+        return found
+
+    def _compile_spec(self, body: n.Body | bool) -> Eval:
+        if body is True:
+            full = self._full
+            return lambda ev, pos: full
+        if body is False:
+            return lambda ev, pos: 0
+        return self._compile(body)
+
     # -- monitoring -----------------------------------------------------------------------
     def pending(self, ev: Event, pos: int) -> tuple[tuple[int, ...], object]:
         """Positions failing for good once ``ev`` happens at ``pos``, and the plan to commit it."""
-        value = self._root(ev, pos)
+        kind = self._kind(ev)
+        if kind.quiet:  # true here whatever the past and the future; no operand holds
+            return NO_EVENTS, (self._full, _NONE, self._groups)
+        value = kind.root(ev, pos)
         once_hits = (
-            [i for i, child in enumerate(self._once_children) if child(ev, pos)]
-            if self._once_children else _NONE
+            [i for i, child in enumerate(kind.onces) if child(ev, pos)]
+            if kind.onces else _NONE
         )
         hits = (
-            [m for m, child in enumerate(self._eventually_children) if child(ev, pos)]
-            if self._eventually_children else _NONE
+            [m for m, child in enumerate(kind.eventually) if child(ev, pos)]
+            if kind.eventually else _NONE
         )
         if value == self._full and not (hits and self._groups):
             return NO_EVENTS, (value, once_hits, self._groups)
@@ -121,6 +160,135 @@ class AlwaysMonitor:
             if table >> (assignment | bit) & 1:
                 result |= 1 << assignment
         return result
+
+
+#: Kinds of event whose specialised body a monitor keeps (past that, the general body).
+_MAX_KINDS = 256
+#: Distinct values an argument may take before it stops being part of an event's kind.
+_MAX_VALUES = 16
+_ABSENT = object()
+
+
+class _Kind:
+    """A body compiled for one kind of event: its root, ``once`` and ``eventually`` operands;
+    ``quiet`` when the root is true and no operand can hold (nothing to compute or record)."""
+
+    __slots__ = ("eventually", "onces", "quiet", "root")
+
+    def __init__(self, root: Eval, onces: list[Eval], eventually: list[Eval], *,
+                 quiet: bool) -> None:
+        self.root, self.onces, self.eventually, self.quiet = root, onces, eventually, quiet
+
+
+class _Kinds:
+    """What makes an event's kind for one body: its action, its status and the values of the
+    arguments the body compares by ``=`` / ``in``. Every such atom has one truth value on all
+    events of a kind, so the body can be specialised to the kind once (partial evaluation).
+
+    An argument that takes more than ``_MAX_VALUES`` distinct values (a file name, say) stops
+    being part of the kind: its atoms are evaluated on each event instead.
+    """
+
+    __slots__ = ("_args", "_seen", "_tests")
+
+    def __init__(self, body: n.Body) -> None:
+        atoms: list[n.Atom] = []
+        _atoms(body, atoms)
+        self._args = tuple(sorted({a.arg for a in atoms if isinstance(a, n.ArgIn)}))
+        self._seen: dict[str, set[object]] = {arg: set() for arg in self._args}
+        self._tests: dict[int, Callable[[Event], bool]] = {}
+
+    def key(self, ev: Event) -> tuple[object, ...]:
+        """The event's kind. A value that is not a string goes with its type: ``True`` and
+        ``1`` are equal keys to Python, yet ``1`` is the number the language compares and
+        ``True`` is not."""
+        args = ev.args
+        return (ev.action, ev.status,
+                *(v if type(v := args.get(a, _ABSENT)) is str else (type(v), v)
+                  for a in self._args))
+
+    def note(self, key: tuple[object, ...]) -> bool:
+        """Count a new kind's values; True when an argument just left the kind."""
+        dropped = False
+        for arg, value in zip(self._args, key[2:], strict=True):
+            seen = self._seen[arg]
+            seen.add(value)
+            if len(seen) > _MAX_VALUES:
+                dropped = True
+        if dropped:
+            kept = tuple(a for a in self._args if len(self._seen[a]) <= _MAX_VALUES)
+            self._args = kept
+        return dropped
+
+    def known(self, ev: Event) -> Callable[[n.Atom], bool | None]:
+        """The truth value of each atom the kind decides on ``ev``'s kind, None for others."""
+        args = frozenset(self._args)
+
+        def known(atom: n.Atom) -> bool | None:
+            if isinstance(atom, n.ActionIn):
+                return (ev.action in atom.names) != atom.negated
+            if isinstance(atom, n.StatusIs):
+                return (ev.status == atom.status) != atom.negated
+            if isinstance(atom, n.ArgIn) and atom.arg in args:
+                test = self._tests.get(id(atom))
+                if test is None:
+                    test = self._tests[id(atom)] = atom_test(atom)
+                return test(ev)
+            return None
+
+        return known
+
+
+def _atoms(body: n.Body, out: list[n.Atom]) -> None:
+    if isinstance(body, n.Pattern):
+        out.extend(body.atoms)
+    elif isinstance(body, n.Not | n.Once | n.Eventually):
+        _atoms(body.body, out)
+    else:
+        for part in body.parts:
+            _atoms(part, out)
+
+
+def _specialise(body: n.Body, known: Callable[[n.Atom], bool | None]) -> n.Body | bool:
+    """``body`` with the atoms ``known`` decides replaced by their values and simplified.
+
+    ``once`` and ``eventually`` nodes are kept as they are (the very objects: the monitor's
+    state is indexed by them); their operands are specialised apart, on their own events.
+    """
+    if isinstance(body, n.Pattern):
+        rest = []
+        for atom in body.atoms:
+            value = known(atom)
+            if value is None:
+                rest.append(atom)
+            elif not value:
+                return False
+        if not rest:
+            return True
+        return body if len(rest) == len(body.atoms) else n.Pattern(tuple(rest), body.pos)
+    if isinstance(body, n.Not):
+        inner = _specialise(body.body, known)
+        if isinstance(inner, bool):
+            return not inner
+        return body if inner is body.body else n.Not(inner, body.pos)
+    if isinstance(body, n.And | n.Or):
+        absorbing = isinstance(body, n.Or)  # true absorbs a disjunction, false a conjunction
+        parts: list[n.Body] = []
+        for part in body.parts:
+            reduced = _specialise(part, known)
+            if reduced is absorbing:
+                return absorbing
+            if reduced is not (not absorbing):
+                parts.append(cast(n.Body, reduced))
+        if not parts:
+            return not absorbing
+        if len(parts) == 1:
+            return parts[0]
+        if len(parts) == len(body.parts) and all(
+                p is q for p, q in zip(parts, body.parts, strict=True)):
+            return body
+        return type(body)(tuple(parts), body.pos)
+    return body
 
 
 def _fuse(parts: tuple[n.Body, ...]) -> tuple[list[n.Body], list[tuple[str, list[str]]]]:

@@ -1,0 +1,179 @@
+"""What the built-in guards read of one call, computed once for all of them.
+
+The kernel shows each call to every guard twice (``check``, then ``observe``), and the guards
+read the same things of it: every string of its parameters, whether one names a sensitive path
+or a secret resource, the forms those strings decode to, an HTTP call's parts and how much data
+each part carries. ``scan_of(call)`` computes each of these the first time a guard asks and
+keeps it with that call object, so a string is walked, screened and decoded once per call, not
+once per guard and again in ``observe``. (The run-state counters ask the same question.)
+
+The scan of the last call is kept, nothing older: it is recognised by identity, so a different
+call object, even an equal one, gets a fresh scan, and a guard never reads another call's.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from callgate._model import ToolCall
+from callgate.guards._decode import Forms, decode_all
+from callgate.guards._store import MAX_SCAN_CHARS
+from callgate.guards._text import looks_encoded, walk_strings
+from callgate.matchers._sensitive import SECRET_RESOURCE, SENSITIVE_PATH
+
+#: A token of a URL value, header or label that may be data (the egress guard's unit).
+TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{8,}")
+_STANDARD_HEADERS = frozenset({"accept", "accept-language", "user-agent", "content-type",
+                               "cache-control", "pragma", "if-none-match", "if-modified-since",
+                               "referer", "origin"})
+
+
+def registrable(host: str) -> str:
+    """The last two labels of a host (an IP literal is itself): the egress budget's unit."""
+    host = host.lower().rstrip(".")
+    if host.startswith("[") or host.replace(".", "").isdigit():
+        return host
+    return ".".join(host.split(".")[-2:])
+
+
+def data_bytes(text: str) -> int:
+    """How many characters of ``text`` look like data rather than words: tokens of 8 or more
+    characters mixing letters and digits, or hex / base64 of 16 or more."""
+    total = 0
+    for token in TOKEN.findall(text):
+        letters = any(c.isalpha() for c in token)
+        digits = any(c.isdigit() for c in token)
+        if (letters and digits) or looks_encoded(token, min_len=16):
+            total += len(token)
+    return total
+
+
+class HttpParts:
+    """The parts of an HTTP call the egress rules look at, and the data each part carries."""
+
+    __slots__ = ("_channels", "_cost", "body", "custom_headers", "domain", "has_body",
+                 "headers", "host", "labels", "query", "segments", "url")
+
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        url = params.get("url")
+        self.url = url if isinstance(url, str) else ""
+        parts = urlsplit(self.url)
+        self.host = (parts.hostname or "").lower()
+        self.domain = registrable(self.host)
+        labels = self.host.split(".")
+        self.labels = labels[:-2] if not self.host.replace(".", "").isdigit() else []
+        query = [v for _, v in parse_qsl(parts.query, keep_blank_values=True)]
+        extra = params.get("params")
+        if isinstance(extra, Mapping):
+            query += list(walk_strings(dict(extra)))
+        self.query = query
+        self.segments = [unquote(s) for s in parts.path.split("/") if s]
+        headers = params.get("headers")
+        self.headers: dict[str, str] = {
+            str(k).lower(): str(v) for k, v in headers.items()
+        } if isinstance(headers, Mapping) else {}
+        self.custom_headers = {k: v for k, v in self.headers.items()
+                               if k not in _STANDARD_HEADERS}
+        self.has_body = "body" in params or "json" in params
+        self.body: Any = params.get("body", params.get("json"))
+        self._cost: int | None = None
+        self._channels: frozenset[str] | None = None
+
+    @property
+    def cost(self) -> int:
+        """Characters of data the request carries in its query, path, headers and labels."""
+        if self._cost is None:
+            self._measure()
+        assert self._cost is not None
+        return self._cost
+
+    @property
+    def channels(self) -> frozenset[str]:
+        """The channels (query, path, header, subdomain, body) that carry data."""
+        if self._channels is None:
+            self._measure()
+        assert self._channels is not None
+        return self._channels
+
+    def _measure(self) -> None:
+        used: set[str] = set()
+        total = 0
+        for channel, parts in (("query", self.query), ("path", self.segments),
+                               ("header", self.custom_headers.values())):
+            spent = sum(map(data_bytes, parts))
+            total += spent
+            if spent:
+                used.add(channel)
+        labelled = [len(label) for label in self.labels if data_bytes(label)]
+        total += sum(labelled)
+        if labelled:
+            used.add("subdomain")
+        if self.has_body and self.body:
+            used.add("body")
+        self._cost, self._channels = total, frozenset(used)
+
+
+class Scan:
+    """One call as the guards read it; each part computed on first use."""
+
+    __slots__ = ("_http", "_outbound", "_secret_resource", "_sensitive", "_strings", "call")
+
+    def __init__(self, call: ToolCall) -> None:
+        self.call = call
+        self._strings: tuple[str, ...] | None = None
+        self._sensitive: bool | None = None
+        self._secret_resource: bool | None = None
+        self._outbound: Forms | None = None
+        self._http: HttpParts | None = None
+
+    @property
+    def strings(self) -> tuple[str, ...]:
+        """Every string of the parameters, keys included (``walk_strings``)."""
+        if self._strings is None:
+            self._strings = tuple(walk_strings(self.call.parameters))
+        return self._strings
+
+    @property
+    def sensitive(self) -> bool:
+        """Whether a string names a sensitive path (``SENSITIVE_PATH``)."""
+        if self._sensitive is None:
+            self._sensitive = any(SENSITIVE_PATH.search(t) for t in self.strings)
+        return self._sensitive
+
+    @property
+    def secret_resource(self) -> bool:
+        """Whether a string names a secret resource (``SECRET_RESOURCE``)."""
+        if self._secret_resource is None:
+            self._secret_resource = any(SECRET_RESOURCE.search(t) for t in self.strings)
+        return self._secret_resource
+
+    @property
+    def outbound(self) -> Forms:
+        """Every string with the forms it decodes to (incomplete past the scan budget)."""
+        if self._outbound is None:
+            self._outbound = decode_all(self.strings, max_chars=MAX_SCAN_CHARS)
+        return self._outbound
+
+    @property
+    def http(self) -> HttpParts:
+        """The call's HTTP parts (of its ``url``, ``params``, ``headers`` and body)."""
+        if self._http is None:
+            self._http = HttpParts(self.call.parameters)
+        return self._http
+
+
+_last = threading.local()
+
+
+def scan_of(call: ToolCall) -> Scan:
+    """The scan of ``call``: the one already made for this very object, or a new one."""
+    scan: Scan | None = getattr(_last, "scan", None)
+    if scan is None or scan.call is not call:
+        scan = Scan(call)
+        _last.scan = scan
+    return scan
+

@@ -1,0 +1,64 @@
+"""Fixed expressions behind a literal screen: RE2 runs only where a match is possible.
+
+callgate's own fixed expressions (sensitive paths, secret resources, credential shapes) search
+every string of every call. RE2 keeps each search linear in the text, but a call into it costs
+microseconds however short the text, and nearly every text holds none of what the expression
+looks for. Each expression here is paired with literals one of which every match contains
+(``credential`` for ``…|credential|…``, ``AKIA`` or ``ASIA`` for an AWS access key). A text
+that holds none of them cannot match, and RE2 is not called; any other text is searched by RE2
+as before, so the answer is always RE2's.
+
+For an expression that ignores case the screen is applied to ASCII text only (lower-cased):
+Unicode case folding has letters outside ASCII that match ASCII ones (the long s, the Kelvin
+sign), so a text with any non-ASCII character always goes to RE2. The screen itself is a
+Python ``re`` alternation of plain literals: no repetition, so it cannot backtrack beyond the
+length of its longest literal at each position.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+
+class Screened:
+    """An RE2 expression and the literals one of which each of its matches contains.
+
+    ``search`` and ``finditer`` answer exactly as the RE2 expression does; ``ignore_case``
+    says the expression ignores case (then the screen does too, on ASCII text only);
+    ``source`` is the expression as written (Python syntax), when it differs from RE2's.
+    """
+
+    __slots__ = ("_ignore_case", "_regex", "_screen", "literals", "source")
+
+    def __init__(self, regex: Any, literals: Iterable[str], *, ignore_case: bool,
+                 source: str | None = None) -> None:
+        self.source: str = regex.pattern if source is None else source
+        self.literals = tuple(literals)
+        if not self.literals or any(not lit for lit in self.literals):
+            raise ValueError("a screen needs literals, none of them empty")
+        self._regex = regex
+        self._ignore_case = ignore_case
+        flags = re.IGNORECASE | re.ASCII if ignore_case else 0
+        self._screen = re.compile("|".join(re.escape(lit) for lit in self.literals), flags)
+
+    def possible(self, text: str) -> bool:
+        """False only when ``text`` cannot match (it holds none of the literals)."""
+        if self._ignore_case and not text.isascii():
+            return True
+        return self._screen.search(text) is not None
+
+    def search(self, text: str) -> Any:
+        """RE2's first match in ``text``, or None."""
+        return self._regex.search(text) if self.possible(text) else None
+
+    def finditer(self, text: str) -> Iterator[Any]:
+        """RE2's matches in ``text``."""
+        if self.possible(text):
+            yield from self._regex.finditer(text)
+
+    @property
+    def regex(self) -> Any:
+        """The RE2 expression itself."""
+        return self._regex
