@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+import stat
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,6 +26,7 @@ from callgate.sandbox import _bwrap as bwrap
 from callgate.sandbox import _firejail as firejail
 from callgate.sandbox import _seccomp as seccomp
 from callgate.sandbox._classify import classify
+from callgate.sandbox._gate import BwrapGate, reap_orphaned_init
 from callgate.sandbox._limits import (
     LimitPlan,
     PidsCgroup,
@@ -105,8 +108,25 @@ def _choose(
     raise SandboxError("no usable sandbox backend: " + "; ".join(problems))
 
 
+def _can_gate(executable: str) -> bool:
+    """Whether ``run`` may bound bwrap's sandbox from outside: not for a non-root caller of a
+    setuid bwrap, whose sandbox process runs with root's credentials until it drops them."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        return not os.stat(executable).st_mode & stat.S_ISUID
+    except OSError:
+        return False
+
+
 class Sandbox:
-    """A sandbox for one tool: build it with ``for_policy``, then ``run`` commands in it."""
+    """A sandbox for one tool: build it with ``for_policy``, then ``run`` commands in it.
+
+    ``gated`` (bwrap only): ``run`` bounds the sandbox's first process from outside before the
+    tool starts (``_gate``) instead of running ``prlimit`` and a cgroup-entering shell in the
+    argv. It needs ``prlimit(2)`` on that process, which a non-root caller of a setuid bwrap
+    does not have; ``for_policy`` decides.
+    """
 
     def __init__(
         self,
@@ -118,6 +138,7 @@ class Sandbox:
         environ: Mapping[str, str],
         plan: LimitPlan,
         scan_limit: int = SCAN_LIMIT,
+        gated: bool = False,
     ) -> None:
         self.policy = policy
         self.scan_limit = scan_limit
@@ -126,6 +147,7 @@ class Sandbox:
         self.executable = executable
         self.environ = dict(environ)
         self.plan = plan
+        self.gated = gated and backend == "bwrap"
 
     @classmethod
     def for_policy(
@@ -152,7 +174,9 @@ class Sandbox:
         if chosen == "bwrap":
             # Refuse now on a machine the filter is not written for.
             seccomp.sandbox_filter(network=policy.network == "allow")
-        launcher = {"bwrap": bwrap.LAUNCHER_TASKS, "firejail": firejail.LAUNCHER_TASKS}
+        gated = chosen == "bwrap" and _can_gate(executable)
+        launcher = {"bwrap": bwrap.GATED_TASKS if gated else bwrap.LAUNCHER_TASKS,
+                    "firejail": firejail.LAUNCHER_TASKS}
         plan = plan_limits(
             policy.limits,
             euid=os.geteuid(),
@@ -168,6 +192,7 @@ class Sandbox:
             environ=env,
             plan=plan,
             scan_limit=scan_limit,
+            gated=gated,
         )
 
     def _spec(self, argv: Sequence[str]) -> SandboxSpec:
@@ -187,10 +212,12 @@ class Sandbox:
         status_fd: int | None,
         procs: str | None,
         seccomp_fd: int | None = None,
+        prefix: Sequence[str] | None = None,
+        copies: Mapping[str, bwrap.Copy] | None = None,
     ) -> list[str]:
         if not argv:
             raise SandboxError("an empty command cannot run")
-        prefix = self.plan.prefix
+        prefix = self.plan.prefix if prefix is None else prefix
         if self.backend == "bwrap":
             wrapped = bwrap.bwrap_argv(
                 spec,
@@ -199,6 +226,7 @@ class Sandbox:
                 status_fd=status_fd,
                 seccomp_fd=seccomp_fd,
                 executable=self.executable,
+                copies=copies,
             )
         elif self.backend == "firejail":
             wrapped = firejail.firejail_argv(
@@ -211,11 +239,14 @@ class Sandbox:
         return wrapped
 
     def command(self, argv: Sequence[str], *, seccomp_fd: int | None = None) -> list[str]:
-        """The full wrapped argv ``run`` would start (its cgroup name is a placeholder).
+        """A wrapped argv that confines ``argv`` on its own (its cgroup name is a placeholder).
 
-        For bwrap, ``seccomp_fd`` is the descriptor that will hold
-        ``seccomp.sandbox_filter(network=...)`` when the argv starts (see
-        ``seccomp.filter_fd``); without it the argv names a placeholder that bwrap refuses.
+        It applies the same confinement as ``run``, with the limits set inside (``prlimit``
+        before the tool, a shell entering the pids cgroup); a gated ``run`` sets them from
+        outside before the tool starts instead (see ``_gate``). For bwrap, ``seccomp_fd`` is
+        the descriptor that will hold ``seccomp.sandbox_filter(network=...)`` when the argv
+        starts (see ``seccomp.filter_fd``); without it the argv names a placeholder that bwrap
+        refuses.
         """
         base = self.plan.cgroup_base
         procs = None if base is None else os.path.join(base, "run-<id>", "cgroup.procs")
@@ -249,10 +280,45 @@ class Sandbox:
     def _launch(
         self, spec: SandboxSpec, argv: Sequence[str], stdin: bytes | None
     ) -> tuple[RawRun, bool]:
-        """Start the wrapped command with its cgroup and status pipe; clean both up."""
+        """Start the wrapped command in its cgroup (if any); remove the cgroup after."""
         cgroup = None
         if self.plan.cgroup_base is not None and self.plan.max_tasks is not None:
             cgroup = PidsCgroup.create(self.plan.cgroup_base, self.plan.max_tasks)
+        try:
+            if self.gated:
+                raw, started = self._launch_gated(spec, argv, stdin, cgroup)
+            else:
+                raw, started = self._launch_inline(spec, argv, stdin, cgroup)
+            pids_hit = cgroup.limit_hit() if cgroup else False
+        finally:
+            if cgroup is not None:
+                cgroup.remove()
+        if not started:
+            message = raw.stderr.decode("utf-8", "replace").strip()
+            raise SandboxError(f"the {self.backend} sandbox could not start: {message}")
+        return raw, pids_hit
+
+    def _launch_gated(
+        self, spec: SandboxSpec, argv: Sequence[str], stdin: bytes | None,
+        cgroup: PidsCgroup | None,
+    ) -> tuple[RawRun, bool]:
+        """bwrap, bounded from outside before the tool starts (see ``_gate``)."""
+        gate = BwrapGate(network=spec.network, rlimits=self.plan.rlimits, cgroup=cgroup)
+        try:
+            copies = gate.adopt(bwrap.open_copies(spec))
+            wrapped = self._wrap(spec, argv, status_fd=gate.status_fd, procs=None,
+                                 seccomp_fd=gate.filter_fd, prefix=(), copies=copies)
+            raw = self._execute(spec, wrapped, stdin, gate.pass_fds, cgroup,
+                                on_start=gate.start, on_exit=gate.finish)
+            return raw, raw.killed_for is not None or gate.started()
+        finally:
+            gate.close()
+
+    def _launch_inline(
+        self, spec: SandboxSpec, argv: Sequence[str], stdin: bytes | None,
+        cgroup: PidsCgroup | None,
+    ) -> tuple[RawRun, bool]:
+        """The argv applies the limits itself (``prlimit``, a shell entering the cgroup)."""
         status_r, status_w = os.pipe() if self.backend == "bwrap" else (-1, -1)
         filter_fd = -1
         try:
@@ -270,19 +336,12 @@ class Sandbox:
             if status_w >= 0:
                 os.close(status_w)  # our copy: the status pipe reads to EOF once bwrap exits
                 status_w = -1
-            started = self._started(raw, status_r)
-            pids_hit = cgroup.limit_hit() if cgroup else False
+            return raw, self._started(raw, status_r)
         finally:
             for fd in (status_r, status_w, filter_fd):
                 if fd >= 0:
                     with contextlib.suppress(OSError):
                         os.close(fd)
-            if cgroup is not None:
-                cgroup.remove()
-        if not started:
-            message = raw.stderr.decode("utf-8", "replace").strip()
-            raise SandboxError(f"the {self.backend} sandbox could not start: {message}")
-        return raw, pids_hit
 
     def _execute(
         self,
@@ -291,6 +350,9 @@ class Sandbox:
         stdin: bytes | None,
         pass_fds: tuple[int, ...],
         cgroup: PidsCgroup | None,
+        *,
+        on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+        on_exit: Callable[[], None] | None = None,
     ) -> RawRun:
         limits = spec.limits
         return run_process(
@@ -302,18 +364,21 @@ class Sandbox:
             env=dict(spec.env) if self.backend == "none" else {},
             pass_fds=pass_fds,
             kill_extra=cgroup.kill_all if cgroup else None,
+            on_start=on_start,
+            on_exit=on_exit,
         )
 
     def _started(self, raw: RawRun, status_r: int) -> bool:
         """bwrap reports the command's exit code on its status fd only if it got to run it."""
-        if self.backend != "bwrap" or raw.killed_for is not None:
+        if self.backend != "bwrap":
             return True
         os.set_blocking(status_r, False)
         status = b""
         with contextlib.suppress(BlockingIOError):
             while chunk := os.read(status_r, 4096):
                 status += chunk
-        return b'"exit-code"' in status
+        reap_orphaned_init(status)
+        return raw.killed_for is not None or b'"exit-code"' in status
 
     def _outcome(
         self, argv: Sequence[str], spec: SandboxSpec, raw: RawRun, pids_hit: bool

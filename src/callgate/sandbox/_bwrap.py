@@ -21,23 +21,58 @@ socket that could reach a host Unix socket by path.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from callgate.sandbox._procfs import proc_hidden
 from callgate.sandbox._spec import SandboxSpec, is_within
 
 SANDBOX_UID = 65534
 HOSTNAME = "callgate-sandbox"
-#: Tasks bwrap keeps in the pids cgroup besides the tool: the launcher and the pid-1 reaper.
+#: Tasks bwrap keeps in the pids cgroup besides the tool when the launcher enters it (the argv
+#: ``Sandbox.command`` shows): the launcher and the pid-1 reaper.
 LAUNCHER_TASKS = 2
+#: The same for a gated run (``_gate``): only the sandbox's first process, the pid-1 reaper, is
+#: moved into the cgroup; the launcher stays outside and starts nothing more.
+GATED_TASKS = 1
 #: Stands for the seccomp descriptor in an argv built for display (bwrap refuses to start
 #: with it, so such an argv never runs without its filter).
 SECCOMP_FD_PLACEHOLDER = "<seccomp-fd>"
+#: A runtime file this small, or a directory of at most ``COPY_MAX_ENTRIES`` such files, is
+#: copied onto the sandbox's root (``--file``, read-only once the root is remounted) rather than
+#: bound: each bind costs bwrap a mount and a pass over the whole mount table.
+COPY_MAX_BYTES = 1 << 20
+COPY_MAX_ENTRIES = 16
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A runtime root copied onto the sandbox's root: a file, or a directory of files, each
+    with the descriptor bwrap reads it from."""
+
+    root: str
+    directory: bool
+    files: tuple[tuple[str, int], ...]
+
+    def args(self) -> list[str]:
+        """The bwrap arguments that make it (parent directories are made by bwrap)."""
+        out = ["--dir", self.root] if self.directory else []
+        for path, fd in self.files:
+            out += ["--file", str(fd), path]
+        return out
+
+    def close(self) -> None:
+        """Close this process's descriptors (bwrap has its own once it started)."""
+        for _, fd in self.files:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 @functools.cache
@@ -58,15 +93,113 @@ def _depth(path: str) -> tuple[int, str]:
     return (0 if path == "/" else path.count("/"), path)
 
 
-def _mounts(spec: SandboxSpec) -> list[tuple[str, list[str]]]:
-    """(mount point, bwrap arguments), to be applied parents first."""
-    items: list[tuple[str, list[str]]] = []
+def _copyable(spec: SandboxSpec) -> list[str]:
+    """Runtime roots that could be copied: bound read-only and on the sandbox's own root (a
+    copy inside another root would be written into that root, on the host)."""
+    _, read_only = _read_only_binds(spec)
+    runtime = set(spec.runtime_roots)
+    return [path for path in read_only
+            if path in runtime and not any(is_within(path, root) for root in spec.visible()
+                                           if root != path)]
+
+
+def _list_copy(root: str, info: os.stat_result) -> tuple[bool, tuple[str, ...]] | None:
+    """(is a directory, the files to copy) for ``root``; None when it is to be bound."""
+    if stat.S_ISREG(info.st_mode):
+        return False, (root,)
+    if not stat.S_ISDIR(info.st_mode):
+        return None
+    with os.scandir(root) as entries:
+        found: list[str] = []
+        for entry in entries:
+            if len(found) == COPY_MAX_ENTRIES or not entry.is_file(follow_symlinks=False):
+                return None
+            found.append(entry.path)
+    return True, tuple(sorted(found))
+
+
+#: What ``_list_copy`` said of a root, by path, with the root's stamp then.
+_COPY_PLANS: dict[str, tuple[tuple[int, int, int, int], tuple[bool, tuple[str, ...]] | None]] = {}
+
+
+def _copy_paths(root: str) -> tuple[bool, tuple[str, ...]] | None:
+    """``_list_copy``, listed again only when the root's stamp changed (an entry added,
+    removed or renamed changes a directory's ``st_mtime`` and ``st_ctime``). The files are
+    opened and checked on every run anyway."""
+    info = os.lstat(root)
+    stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+    kept = _COPY_PLANS.get(root)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    plan = _list_copy(root, info)
+    if len(_COPY_PLANS) > 64:
+        _COPY_PLANS.clear()
+    _COPY_PLANS[root] = (stamp, plan)
+    return plan
+
+
+def _open_copy(root: str) -> Copy | None:
+    """``root`` opened for copying, or None when it is to be bound (too big, not plain files)."""
+    opened: list[tuple[str, int]] = []
+    plain = False
+    try:
+        found = _copy_paths(root)
+        if found is None:
+            return None
+        for path in found[1]:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            opened.append((path, fd))
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > COPY_MAX_BYTES:
+                return None
+        plain = True
+        return Copy(root, found[0], tuple(opened))
+    except OSError:
+        return None
+    finally:
+        if not plain:
+            Copy(root, False, tuple(opened)).close()
+
+
+def open_copies(spec: SandboxSpec) -> dict[str, Copy]:
+    """The runtime roots to copy rather than bind for ``spec``, opened (the caller closes
+    them with ``Copy.close`` once bwrap has started)."""
+    copies: dict[str, Copy] = {}
+    for root in _copyable(spec):
+        found = _open_copy(root)
+        if found is not None:
+            copies[root] = found
+    return copies
+
+
+def _read_only_binds(spec: SandboxSpec) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """Symlinks for linked runtime roots, and the directories and files to bind read-only.
+
+    Each bind costs bwrap a mount and a pass over the mount table, so a read-only root already
+    shown, read-only and unchanged, by another is left out: a declared read root inside a
+    runtime directory (``/usr/**``), a runtime root inside a declared read root (``/etc/**``
+    holds ``/etc/ld.so.cache``). Roots inside a write root are bound as before (read-only over
+    writable is a narrowing, not a duplicate).
+    """
+    links: list[tuple[str, list[str]]] = []
+    runtime_dirs: list[str] = []
     for path in spec.runtime_roots:
         if os.path.islink(path):
-            items.append((path, ["--symlink", os.readlink(path), path]))
+            links.append((path, ["--symlink", os.readlink(path), path]))
         else:
-            items.append((path, ["--ro-bind", path, path]))
-    items += [(path, ["--ro-bind", path, path]) for path in spec.read_roots]
+            runtime_dirs.append(path)
+    reads = [p for p in spec.read_roots if not any(is_within(p, r) for r in runtime_dirs)]
+    runtime = [p for p in runtime_dirs
+               if not any(is_within(p, r) for r in reads)
+               or any(is_within(p, w) for w in spec.write_roots)]
+    return links, runtime + reads
+
+
+def _mounts(spec: SandboxSpec, copies: Mapping[str, Copy]) -> list[tuple[str, list[str]]]:
+    """(mount point, bwrap arguments), to be applied parents first."""
+    items, read_only = _read_only_binds(spec)
+    items += [(path, copies[path].args() if path in copies else ["--ro-bind", path, path])
+              for path in read_only]
     items += [(path, ["--bind", path, path]) for path in spec.write_roots]
     items += [("/proc", ["--proc", "/proc"]), ("/dev", ["--dev", "/dev"])]
     covered = spec.visible()
@@ -99,11 +232,13 @@ def bwrap_argv(
     status_fd: int | None = None,
     seccomp_fd: int | None = None,
     executable: str = "bwrap",
+    copies: Mapping[str, Copy] | None = None,
 ) -> list[str]:
     """The full bwrap command line that runs ``argv`` confined by ``spec``.
 
     ``seccomp_fd`` is the descriptor holding ``seccomp.sandbox_filter(network=...)`` in the
-    process that starts the command (None writes ``SECCOMP_FD_PLACEHOLDER``).
+    process that starts the command (None writes ``SECCOMP_FD_PLACEHOLDER``). ``copies``
+    (from ``open_copies``) are runtime roots written onto the root instead of bound.
     """
     out = [executable, "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     out += ["--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
@@ -113,7 +248,7 @@ def bwrap_argv(
     out += ["--die-with-parent", "--new-session", "--clearenv"]
     for name, value in sorted(spec.env.items()):
         out += ["--setenv", name, value]
-    for _, args in _mounts(spec):
+    for _, args in _mounts(spec, copies or {}):
         out += args
     out += _masks(spec)
     out += ["--remount-ro", "/proc"]
@@ -129,7 +264,10 @@ def bwrap_argv(
 @functools.cache
 def bwrap_usable(path: str) -> str | None:
     """None when the bwrap at ``path`` can start a user-namespace sandbox here, else why not."""
-    probe = [path, "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/"]
+    # --as-pid-1: the command is the namespace's init, which bwrap's monitor reaps itself (its
+    # own init would be left to this process's reaper, a zombie under a subreaper).
+    probe = [path, "--unshare-user", "--unshare-pid", "--unshare-net", "--as-pid-1",
+             "--ro-bind", "/", "/"]
     try:
         done = subprocess.run(
             [*probe, "--", "/bin/true"], capture_output=True, timeout=10, check=False, env={}

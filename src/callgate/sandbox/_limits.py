@@ -1,13 +1,20 @@
 """Resource limits that hold even when callgate runs as root.
 
 Per-process limits (CPU seconds, address space, core size and, for a non-root caller, the
-process count) are set with ``prlimit`` inside the sandbox, just before the tool's command, so
-they bind the tool and everything it starts but not the sandbox launcher.
+process count) bind the tool and everything it starts, not the process that launches it:
+
+* under bubblewrap they are set from outside (``apply_rlimits``, the ``prlimit`` system call) on
+  the sandbox's first process while it waits for its seccomp filter, before it starts anything
+  (see ``_gate``): no helper program per run;
+* under firejail and the unconfined backend, and in the argv ``Sandbox.command`` shows, the
+  ``prlimit`` program sets them inside, just before the tool's command (``LimitPlan.prefix``).
 
 ``RLIMIT_NPROC`` is not checked for uid 0 in the initial user namespace, and a sandbox started
 by root keeps kernel uid 0 even inside its own user namespace. So for root the process count is
 enforced with a **pids cgroup** instead: a fresh cgroup per run with ``pids.max`` set, entered
-before the launcher starts, emptied (every task killed) and removed when the run ends. cgroup v1
+before anything of the tool starts (bubblewrap: the waiting sandbox process is moved into it;
+otherwise a shell enters it and execs the launcher), emptied (every task killed) and removed
+when the run ends. cgroup v1
 (``/sys/fs/cgroup/pids``) and a delegated cgroup v2 subtree with the ``pids`` controller
 enabled are both used when writable. Root without either cannot bound processes: a policy that
 declares ``processes`` is then refused rather than run unbounded.
@@ -19,10 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import shutil
 import signal
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from callgate._errors import SandboxError
@@ -88,6 +97,14 @@ class PidsCgroup:
         """Writing a pid here moves that process (and its future children) into the group."""
         return os.path.join(self.path, "cgroup.procs")
 
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` (and the children it starts from now on) into the group."""
+        try:
+            with open(self.procs_file, "w", encoding="ascii") as handle:
+                handle.write(str(pid))
+        except OSError as exc:
+            raise SandboxError(f"cannot move process {pid} into {self.path}: {exc}") from exc
+
     def limit_hit(self) -> bool:
         """True when a fork failed because the group was full (``pids.events`` max > 0)."""
         try:
@@ -127,13 +144,22 @@ class PidsCgroup:
                 time.sleep(0.0005 if attempt < 20 else 0.005)
 
 
+#: One per-process limit: (``resource.RLIMIT_*``, soft, hard).
+Rlimit = tuple[int, int, int]
+
+
 @dataclass(frozen=True)
 class LimitPlan:
-    """How a policy's limits will be enforced for one backend."""
+    """How a policy's limits will be enforced for one backend.
+
+    ``rlimits`` and ``prefix`` say the same per-process limits twice: as values to set from
+    outside (``apply_rlimits``), and as the ``prlimit`` command that sets them inside.
+    """
 
     prefix: tuple[str, ...]
     cgroup_base: str | None
     max_tasks: int | None
+    rlimits: tuple[Rlimit, ...] = ()
 
 
 def plan_limits(
@@ -144,29 +170,65 @@ def plan_limits(
     ``launcher_tasks`` is how many tasks the backend itself keeps in the group (the launcher,
     the sandbox's init and ``prlimit``'s own exec do not count twice: it execs the tool).
     """
-    options = ["--core=0"]
+    rlimits: list[Rlimit] = [(resource.RLIMIT_CORE, 0, 0)]
     if limits.cpu_seconds is not None:
         # Soft limit sends SIGXCPU (the signal the classifier reports); hard kills one later.
-        options.append(f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}")
+        rlimits.append((resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1))
     if limits.memory_mb is not None:
-        options.append(f"--as={limits.memory_mb * _MIB}")
+        rlimits.append((resource.RLIMIT_AS, limits.memory_mb * _MIB, limits.memory_mb * _MIB))
     max_tasks: int | None = None
     base: str | None = None
     if limits.processes is not None:
         if cgroup_base is not None:
             base, max_tasks = cgroup_base, limits.processes + launcher_tasks
         elif euid != 0:
-            options.append(f"--nproc={limits.processes + 1}")
+            rlimits.append((resource.RLIMIT_NPROC, limits.processes + 1, limits.processes + 1))
         else:
             raise SandboxError(
                 "the policy limits processes but callgate runs as root and no pids cgroup is "
                 "writable (RLIMIT_NPROC does not apply to uid 0); run as a non-root user or "
                 "make a pids cgroup available"
             )
-    prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
+    prlimit = _prlimit()
     if prlimit is None:
         raise SandboxError("prlimit (util-linux) is needed to set resource limits")
-    return LimitPlan(prefix=(prlimit, *options, "--"), cgroup_base=base, max_tasks=max_tasks)
+    options = [_PRLIMIT_OPTIONS[kind](soft, hard) for kind, soft, hard in rlimits]
+    return LimitPlan(prefix=(prlimit, *options, "--"), cgroup_base=base, max_tasks=max_tasks,
+                     rlimits=tuple(rlimits))
+
+
+#: How ``prlimit`` spells each limit (a single value sets soft and hard).
+_PRLIMIT_OPTIONS = {
+    resource.RLIMIT_CORE: lambda soft, hard: f"--core={soft}",
+    resource.RLIMIT_CPU: lambda soft, hard: f"--cpu={soft}:{hard}",
+    resource.RLIMIT_AS: lambda soft, hard: f"--as={soft}",
+    resource.RLIMIT_NPROC: lambda soft, hard: f"--nproc={soft}",
+}
+_PRLIMIT_DIRS = "/usr/bin:/bin"
+
+
+def _prlimit() -> str | None:
+    """Where the ``prlimit`` program is (found once; looked up again if it is gone)."""
+    found = _PRLIMIT_FOUND.get(_PRLIMIT_DIRS)
+    if found is None or not os.access(found, os.X_OK):
+        found = shutil.which("prlimit", path=_PRLIMIT_DIRS)
+        if found is None:
+            return None
+        _PRLIMIT_FOUND[_PRLIMIT_DIRS] = found
+    return found
+
+
+_PRLIMIT_FOUND: dict[str, str] = {}
+
+
+def apply_rlimits(pid: int, rlimits: Sequence[Rlimit]) -> None:
+    """Set ``rlimits`` on process ``pid`` (inherited by what it starts); ``SandboxError`` if
+    any cannot be set, so a run never goes on with a limit missing."""
+    for kind, soft, hard in rlimits:
+        try:
+            resource.prlimit(pid, kind, (soft, hard))
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"cannot set resource limit {kind} on process {pid}: {exc}") from exc
 
 
 def enter_cgroup_argv(cgroup: PidsCgroup, argv: list[str]) -> list[str]:
