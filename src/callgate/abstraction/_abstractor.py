@@ -236,8 +236,10 @@ class Abstractor:
             output = _output_text(raw)
             legacy = _taint_names(raw.get("output_taint"))
             declared = _taint_names(raw.get("taint")) | legacy
-            source = legacy | _taint_names(raw.get("output_source")) | self._declared(raw)
-            drafts = self._drafts(raw)
+            shape = _call_shape(raw)
+            source = legacy | _taint_names(raw.get("output_source")) | self._declared(
+                shape[0] if shape is not None else raw.get("action"))
+            drafts = self._drafts(raw, shape)
         except MalformedLineError as exc:
             raise _trace_error(str(exc), line) from exc
         except Exception as exc:
@@ -248,13 +250,12 @@ class Abstractor:
         produced = frozenset().union(*(e.source for e in events)) if events else frozenset()
         return events, output, produced
 
-    def _declared(self, raw: Mapping[str, Any]) -> set[str]:
-        name = _name_of(raw)
-        declared = self._outputs.get(name) if name is not None else None
+    def _declared(self, name: object) -> set[str]:
+        declared = self._outputs.get(name) if isinstance(name, str) and self._outputs else None
         return set(declared.source) if declared is not None else set()
 
-    def _drafts(self, raw: Mapping[str, Any]) -> list[Draft]:
-        shape = _call_shape(raw)
+    def _drafts(self, raw: Mapping[str, Any],
+                shape: tuple[str, Mapping[str, Any]] | None) -> list[Draft]:
         if shape is None:
             action = raw.get("action")
             if not isinstance(action, str) or not action:

@@ -112,6 +112,8 @@ class FlowIndex:
         (value flow); ``source`` the labels of whoever wrote it (provenance; default
         ``taint``); ``segments``, when given, the content split by field, each piece with the
         labels of whoever wrote that field."""
+        if not text:  # nothing to find a value in, nothing appeared first here
+            return
         written = taint if source is None else source
         pieces = [(text, written)] if segments is None else list(segments)
         if segments is not None and len(text) >= MIN_VALUE_CHARS:
