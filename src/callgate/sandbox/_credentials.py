@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -47,7 +46,7 @@ SCAN_LIMIT = 100_000
 #: A listing is kept only if its directory last changed at least this long before it was
 #: listed: longer than any filesystem's timestamp granularity (FAT: two seconds).
 RACY_MARGIN_NS = 3_000_000_000
-#: Directory listings the cache keeps (least recently used dropped first).
+#: Directory listings the cache keeps (all dropped when it is full).
 CACHE_DIRECTORIES = 100_000
 
 #: (st_dev, st_ino, st_mtime_ns, st_ctime_ns) of a directory.
@@ -92,7 +91,7 @@ class ScanCache:
 
     ``clock`` gives the time (ns since the epoch) a listing is checked against; ``margin_ns``
     is how long before the listing its directory must have last changed for it to be kept.
-    Thread-safe; bounded to ``max_directories`` listings.
+    Thread-safe; holds at most ``max_directories`` listings (all dropped when it is full).
     """
 
     def __init__(
@@ -105,23 +104,18 @@ class ScanCache:
         self.margin_ns = margin_ns
         self.clock = clock
         self.max_directories = max_directories
-        self._listings: OrderedDict[str, Listing] = OrderedDict()
+        self._listings: dict[str, Listing] = {}
         self._lock = threading.Lock()
 
     def get(self, directory: str) -> Listing | None:
         """The kept listing of ``directory`` if its stamp is still the one listed, else None."""
+        kept = self._listings.get(directory)  # one dict read: atomic
+        if kept is None or _stamp(directory) == kept.stamp:
+            return kept
         with self._lock:
-            kept = self._listings.get(directory)
-        if kept is None:
-            return None
-        if _stamp(directory) != kept.stamp:
-            with self._lock:
-                self._listings.pop(directory, None)
-            return None
-        with self._lock:
-            if directory in self._listings:
-                self._listings.move_to_end(directory)
-        return kept
+            if self._listings.get(directory) is kept:
+                del self._listings[directory]
+        return None
 
     def put(self, directory: str, listing: Listing, listed_at: int) -> None:
         """Keep ``listing`` (made at ``listed_at``) if its stamp can be trusted later."""
@@ -132,10 +126,9 @@ class ScanCache:
         if newest > listed_at - self.margin_ns or newest > self.clock() + self.margin_ns:
             return  # changed too recently (or stamped in the future): not to be trusted
         with self._lock:
+            if len(self._listings) >= self.max_directories:
+                self._listings.clear()
             self._listings[directory] = listing
-            self._listings.move_to_end(directory)
-            while len(self._listings) > self.max_directories:
-                self._listings.popitem(last=False)
 
     def clear(self) -> None:
         """Forget every listing."""
@@ -143,8 +136,7 @@ class ScanCache:
             self._listings.clear()
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._listings)
+        return len(self._listings)
 
 
 #: The process's cache of directory listings.

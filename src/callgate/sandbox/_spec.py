@@ -128,11 +128,11 @@ def _outermost(paths: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(kept))
 
 
-def _write_roots(patterns: Iterable[str], working_dir: str) -> tuple[str, ...]:
+def _write_roots(expanded: Mapping[str, list[str]], working_dir: str) -> tuple[str, ...]:
     roots: list[str] = []
-    for pattern in patterns:
+    for pattern, paths in expanded.items():
         names_directory = pattern.rstrip("/").endswith("**") or pattern.endswith("/")
-        for path in expand_glob(pattern, working_dir):
+        for path in paths:
             # Only a directory pattern is created: a missing file root would otherwise become
             # a directory of that name.
             creatable = names_directory and is_within(path, working_dir)
@@ -146,10 +146,8 @@ def _write_roots(patterns: Iterable[str], working_dir: str) -> tuple[str, ...]:
     return _outermost(roots)
 
 
-def _read_roots(patterns: Iterable[str], working_dir: str, writes: tuple[str, ...]) -> tuple[
-    str, ...
-]:
-    found = [p for pattern in patterns for p in expand_glob(pattern, working_dir)]
+def _read_roots(expanded: Mapping[str, list[str]], writes: tuple[str, ...]) -> tuple[str, ...]:
+    found = [p for paths in expanded.values() for p in paths]
     present = [p for p in found if os.path.exists(p)]
     return tuple(p for p in _outermost(present) if not any(is_within(p, w) for w in writes))
 
@@ -249,9 +247,12 @@ def build_spec(
     cwd = tool_working_dir(policy.working_dir, working_dir, fs.follow_symlinks if fs else ())
     write_globs, read_globs = (fs.write or (), fs.read or ()) if fs else ((), ())
     check_roots((*write_globs, *read_globs), cwd, fs.follow_symlinks if fs else ())
-    writes = _write_roots(write_globs, cwd)
-    reads = _read_roots(read_globs, cwd, writes)
-    named = tuple(p for pattern in (*write_globs, *read_globs) for p in expand_glob(pattern, cwd))
+    # Each pattern expanded once, in order (a write root missing now is made, then seen).
+    write_paths = {pattern: expand_glob(pattern, cwd) for pattern in write_globs}
+    writes = _write_roots(write_paths, cwd)
+    read_paths = {pattern: expand_glob(pattern, cwd) for pattern in read_globs}
+    reads = _read_roots(read_paths, writes)
+    named = tuple(p for paths in (*write_paths.values(), *read_paths.values()) for p in paths)
     network = policy.network == "allow"
     runtime = RUNTIME_ROOTS + (NETWORK_FILES if network else ())
     runtime_present = tuple(p for p in runtime if os.path.lexists(p))
