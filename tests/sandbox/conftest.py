@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -124,3 +126,30 @@ def server() -> Iterator[Server]:
     listener.listen(8)
     with answering_pong(listener) as hits:
         yield Server(port=listener.getsockname()[1], hits=hits)
+
+
+#: This checkout's package sources.
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def readable_copy_of_the_package(top: Path) -> str:
+    """A copy of ``src/callgate`` and the installed packages it imports (pydantic, …) under
+    ``top``, readable by every uid; its import path."""
+    where = top / "pkg"
+    shutil.copytree(SRC / "callgate", where / "callgate",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    site = {Path(p).resolve() for p in sys.path if p.endswith("site-packages")}
+    for name, module in list(sys.modules.items()):
+        origin = Path(getattr(module, "__file__", None) or "/").resolve()
+        if "." in name or not any(origin.is_relative_to(s) for s in site):
+            continue
+        source = origin.parent if origin.name == "__init__.py" else origin
+        target = where / source.name
+        if not target.exists():
+            if source.is_dir():
+                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(source, target)
+    for path in (where, *where.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return str(where)

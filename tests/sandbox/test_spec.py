@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,11 +23,10 @@ from callgate.sandbox._spec import (
     sensitive_paths,
 )
 
-from .conftest import policy
+from .conftest import policy, readable_copy_of_the_package
 
 #: The package source; copied where a process of another uid can read it (the checkout itself
 #: may sit in a directory only root can enter, such as one made by ``mktemp -d``).
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def spec_for(tmp_path: Path, environ: dict[str, str] | None = None, **fields: object):
@@ -239,29 +237,6 @@ def test_a_scan_that_exceeds_its_limit_refuses_and_names_the_root(tmp_path: Path
     assert spec.masked == (str(tmp_path / "app" / "late" / ".env"),)
 
 
-def _readable_copy_of_the_package(top: Path) -> str:
-    """A copy of ``src/callgate`` and the installed packages it imports (pydantic, …) under
-    ``top``, readable by every uid; its import path."""
-    where = top / "pkg"
-    shutil.copytree(SRC / "callgate", where / "callgate",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    site = {Path(p).resolve() for p in sys.path if p.endswith("site-packages")}
-    for name, module in list(sys.modules.items()):
-        origin = Path(getattr(module, "__file__", None) or "/").resolve()
-        if "." in name or not any(origin.is_relative_to(s) for s in site):
-            continue
-        source = origin.parent if origin.name == "__init__.py" else origin
-        target = where / source.name
-        if not target.exists():
-            if source.is_dir():
-                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy2(source, target)
-    for path in (where, *where.rglob("*")):
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    return str(where)
-
-
 def test_a_directory_the_scan_cannot_list_is_masked_whole():
     # Root lists every directory, so the scan runs as uid 65534 for a directory it may enter
     # (mode 0111: names inside can be opened) but not list.
@@ -280,7 +255,7 @@ def test_a_directory_the_scan_cannot_list_is_masked_whole():
             ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
              sys.executable, "-c", code],
             capture_output=True, text=True, timeout=30, check=False,
-                env={"PYTHONPATH": _readable_copy_of_the_package(Path(top))})
+                env={"PYTHONPATH": readable_copy_of_the_package(Path(top))})
     assert done.stdout.strip() == repr((str(locked),)), done.stderr
 
 

@@ -7,8 +7,12 @@ callgate dying, an empty filter, a limit that cannot be set — the tool never s
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
+import tempfile
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +28,7 @@ from callgate.sandbox import _runner as runner
 from callgate.sandbox._limits import pids_cgroup_base
 from callgate.sandbox._spec import SandboxSpec
 
-from .conftest import BUILDER, Project, assert_denied, policy
+from .conftest import BUILDER, Project, assert_denied, policy, readable_copy_of_the_package
 
 pytestmark = pytest.mark.skipif(
     "bwrap" not in available_backends(), reason="bubblewrap cannot start on this host"
@@ -92,6 +96,43 @@ def test_the_tool_runs_in_its_runs_pids_cgroup(project: Project):
     outcome = sandbox(project, limits={"processes": 8}).run(
         ["/bin/sh", "-c", "grep pids /proc/self/cgroup"])
     assert "/run-" in outcome.stdout.decode(), outcome
+
+
+#: Runs as uid 65534: one gated run printing its limits, one fork bomb.
+NON_ROOT_SCRIPT = """
+    import json, sys
+    from callgate.policy._schema import ToolPolicy
+    from callgate.sandbox import Sandbox
+
+    tool = ToolPolicy.model_validate(json.loads(sys.argv[1]))
+    box = Sandbox.for_policy(tool, working_dir=sys.argv[2], backend="bwrap",
+                             environ={"PATH": "/usr/bin:/bin"})
+    limits = box.run(["/bin/sh", "-c", "ulimit -c; ulimit -t"])
+    bomb = box.run(["/bin/sh", "-c", "f(){ f | f & }; f; wait"])
+    print(json.dumps([box.gated, limits.stdout.decode(), bomb.reason_id]))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the sandbox as another uid")
+def test_a_non_root_caller_bounds_its_sandbox_from_outside_too():
+    # prlimit(2) on the sandbox's first process, which runs as the caller: no privilege needed.
+    tool = {"filesystem": {"write": ["./build/**"]}, "exec": "allow",
+            "limits": {"processes": 6, "cpu_seconds": 5, "wall_seconds": 30}}
+    with tempfile.TemporaryDirectory(prefix="callgate-nonroot-") as top:
+        os.chmod(top, 0o755)
+        work = Path(top) / "work"
+        (work / "build").mkdir(parents=True)
+        os.chown(work, 65534, 65534)
+        os.chown(work / "build", 65534, 65534)
+        done = subprocess.run(
+            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+             sys.executable, "-c", textwrap.dedent(NON_ROOT_SCRIPT), json.dumps(tool),
+             str(work)],
+            capture_output=True, text=True, timeout=120, check=False,
+            env={"PYTHONPATH": readable_copy_of_the_package(Path(top)), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [True, "0\n5\n",
+                                                         "sandbox.limit.processes"]
 
 
 def test_a_sandbox_that_never_gets_its_filter_runs_nothing(project: Project):
