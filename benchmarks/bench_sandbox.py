@@ -14,7 +14,10 @@ Rows, all ``/bin/true``:
   check needs ``/bin/true`` declared), no limits;
 * ``kernel, builder``: ``Kernel.run_subprocess`` for ``examples/builder.yaml`` (``/usr``, ``/etc``,
   ``./src``, ``/bin/sh`` readable, every limit: for root a pids cgroup per run);
-* ``sandbox, …``: the same two through ``Sandbox.run`` alone (no kernel decision).
+* ``sandbox, …``: the same two through ``Sandbox.run`` alone (no kernel decision);
+* ``bwrap alone, …``: the bwrap command line ``Sandbox.run`` starts for each (its namespaces,
+  mounts, copies and filter; no limits, no cgroup), built once and started directly: what
+  bwrap itself costs for that sandbox, apart from callgate's own work.
 
 Every row runs in a long-lived worker process and the rows take turns, one call each per
 round, so they share the machine's noise. ``--baseline REV`` adds the "before" rows: the same
@@ -23,12 +26,14 @@ revision ``REV`` (everything else is the working tree's), so the difference is t
 Prints p50 / p99 / min per row and the overhead over plain next to the goal; writes
 ``benchmarks/out/sandbox.json`` and ``.md``.
 
-Run: ``.venv/bin/python benchmarks/bench_sandbox.py [-n ROUNDS] [--baseline REV] [--firejail]``.
+Run: ``.venv/bin/python benchmarks/bench_sandbox.py [-n ROUNDS] [--baseline REV] [--firejail]
+[--only TEXT]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -75,6 +80,30 @@ def _policies() -> dict[str, Any]:
     return {"example": Policy.model_validate(example), "builder": Policy.model_validate(builder)}
 
 
+def _bwrap_alone(box: Any) -> Callable[[], object]:
+    """Start the bwrap argv ``box.run`` would start for ``/bin/true``, without the gate."""
+    from callgate.sandbox import _bwrap, _seccomp  # worker only (see above)
+
+    spec = box._spec(["/bin/true"])
+    program = _seccomp.sandbox_filter(network=spec.network)
+
+    def run() -> object:
+        copies = _bwrap.open_copies(spec)
+        fd = _seccomp.filter_fd(program)
+        try:
+            argv = box._wrap(spec, ["/bin/true"], status_fd=None, procs=None, seccomp_fd=fd,
+                             prefix=(), copies=copies)
+            passed = (fd, *(each for copy in copies.values() for _, each in copy.files))
+            return subprocess.run(argv, check=True, env={}, pass_fds=passed)
+        finally:
+            os.close(fd)
+            for copy in copies.values():
+                copy.close()
+
+    run()  # a tree without the gated launch fails here: no such row
+    return run
+
+
 def _cases(work: str, firejail: bool) -> dict[str, Callable[[], object]]:
     from callgate.kernel._kernel import Kernel  # worker only (see above)
     from callgate.sandbox import Sandbox  # worker only (see above)
@@ -106,6 +135,10 @@ def _cases(work: str, firejail: bool) -> dict[str, Callable[[], object]]:
                 return box.run(["/bin/true"])
 
             cases[label] = in_sandbox
+            # The baseline's sandbox package builds its argv otherwise: no such row there.
+            with contextlib.suppress(AttributeError, TypeError, ImportError):
+                if backend == "bwrap":
+                    cases[f"bwrap alone, {name}"] = _bwrap_alone(box)
     return cases
 
 
@@ -174,10 +207,13 @@ def summary(samples: list[float]) -> dict[str, float]:
             "mean_ms": round(statistics.fmean(samples), 3)}
 
 
-def measure(workers: dict[str, Worker], rounds: int) -> dict[str, list[float]]:
-    """Rounds in which every (worker, case) runs once, after ``WARMUP`` untimed rounds."""
+def measure(workers: dict[str, Worker], rounds: int, only: str | None = None
+            ) -> dict[str, list[float]]:
+    """Rounds in which every (worker, case) runs once, after ``WARMUP`` untimed rounds;
+    ``only`` keeps the rows whose name holds it (and ``plain``, the reference)."""
     plan = [(tag, case) for tag, w in workers.items() for case in w.cases
-            if tag == "after" or case.startswith(("kernel", "sandbox"))]
+            if (tag == "after" or case.startswith(("kernel", "sandbox")))
+            and (only is None or only in case or case == "plain")]
     samples: dict[str, list[float]] = {}
     for index in range(WARMUP + rounds):
         for tag, case in plan:
@@ -235,6 +271,7 @@ def main() -> None:
     parser.add_argument("-n", "--rounds", type=int, default=200)
     parser.add_argument("--baseline", help="git revision whose callgate.sandbox is 'before'")
     parser.add_argument("--firejail", action="store_true", help="time Sandbox.run in firejail")
+    parser.add_argument("--only", help="time only the rows whose name holds this (and plain)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.worker:
@@ -248,7 +285,7 @@ def main() -> None:
             if options.baseline:
                 tree = baseline_tree(options.baseline, Path(top))
                 workers["before"] = Worker(work, tree, options.firejail)
-            samples = measure(workers, options.rounds)
+            samples = measure(workers, options.rounds, options.only)
         finally:
             for each in workers.values():
                 each.close()

@@ -167,8 +167,9 @@ def plan_limits(
 ) -> LimitPlan:
     """Choose the mechanism for each limit; refuse what cannot be enforced.
 
-    ``launcher_tasks`` is how many tasks the backend itself keeps in the group (the launcher,
-    the sandbox's init and ``prlimit``'s own exec do not count twice: it execs the tool).
+    ``launcher_tasks`` is how many tasks the backend itself keeps in the group besides the
+    tool: bwrap's init when only the sandbox is moved in (a gated run), the launcher too when
+    it enters the group itself (``prlimit``'s own exec does not count twice: it execs the tool).
     """
     rlimits: list[Rlimit] = [(resource.RLIMIT_CORE, 0, 0)]
     if limits.cpu_seconds is not None:
@@ -205,6 +206,8 @@ _PRLIMIT_OPTIONS = {
     resource.RLIMIT_NPROC: lambda soft, hard: f"--nproc={soft}",
 }
 _PRLIMIT_DIRS = "/usr/bin:/bin"
+#: Where ``prlimit`` was found, by search path.
+_PRLIMIT_FOUND: dict[str, str] = {}
 
 
 def _prlimit() -> str | None:
@@ -216,9 +219,6 @@ def _prlimit() -> str | None:
             return None
         _PRLIMIT_FOUND[_PRLIMIT_DIRS] = found
     return found
-
-
-_PRLIMIT_FOUND: dict[str, str] = {}
 
 
 def apply_rlimits(pid: int, rlimits: Sequence[Rlimit]) -> None:
