@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from callgate.sandbox import Sandbox, available_backends
+from callgate.sandbox import Sandbox, _gate, _runner, available_backends
 
 from .conftest import BUILDER, Project, policy
 
@@ -155,3 +155,20 @@ def test_a_killed_run_leaves_nothing_running(project: Project, backend: str):
         ["bash", "-c", f"(exec -a {marker} sleep 300) & exec -a {marker}-main sleep 300"])
     assert outcome.reason_id == "sandbox.limit.wall", outcome
     assert running_with(marker) == []
+
+
+@pytest.mark.parametrize("backend", ENDING_WITH_THE_TOOL)
+def test_without_pidfds_runs_still_end_whole(
+    project: Project, backend: str, monkeypatch: pytest.MonkeyPatch
+):
+    # Kernels before 5.3 have no pidfd: the launcher's exit is polled instead.
+    monkeypatch.setattr(_runner, "pidfd", lambda pid: None)
+    monkeypatch.setattr(_gate, "pidfd", lambda pid: None)
+    marker = f"callgate-nopidfd-{os.getpid()}-{backend}"
+    script = f"exec -a {marker} sleep 300 >/dev/null 2>&1 </dev/null & echo started"
+    box = box_for(project, backend, wall_seconds=60)
+    outcome = box.run(["bash", "-c", script])
+    assert (outcome.exit_code, outcome.stdout) == (0, b"started\n"), outcome
+    assert running_with(marker) == []
+    killed = box_for(project, backend, wall_seconds=1).run(["sleep", "300"])
+    assert killed.reason_id == "sandbox.limit.wall", killed
