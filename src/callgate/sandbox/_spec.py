@@ -194,8 +194,11 @@ def check_roots(patterns: Iterable[str], working_dir: str, follow: Collection[st
     """
     for pattern in patterns:
         problem = root_escape(pattern, working_dir, follow=follow)
-        if problem is None and pattern not in follow and _has_wildcard(pattern):
-            for match in glob.glob(literal_root(pattern, working_dir), recursive=True):
+        literal = literal_root(pattern, working_dir)
+        # ``./src/**`` has no wildcard left once its trailing ``/**`` is cut: the glob would
+        # only give back the root ``root_escape`` just judged.
+        if problem is None and pattern not in follow and _has_wildcard(literal):
+            for match in glob.glob(literal, recursive=True):
                 problem = problem or _match_escape(pattern, match, working_dir)
         if problem is not None:
             raise SandboxError(f"sandbox root refused: {problem}")
