@@ -32,6 +32,7 @@ import os
 import select
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 
 from callgate._errors import SandboxError
@@ -44,14 +45,31 @@ from callgate.sandbox._runner import SETTLE_SECONDS, pidfd, wait_readable
 STARTUP_SECONDS = 30.0
 
 
-def parent_of(pid: int) -> int | None:
-    """The parent pid of ``pid`` (from ``/proc``), or None when it cannot be read."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()
-        return int(stat[stat.rindex(b")") + 2 :].split()[1])
-    except (OSError, ValueError, IndexError):
+        return stat[stat.rindex(b")") + 2 :].split()
+    except (OSError, ValueError):
         return None
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid`` (from ``/proc``), or None when it cannot be read."""
+    fields = _stat_fields(pid)
+    try:
+        return None if fields is None else int(fields[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def _running_since(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot) if it has not exited, else None."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20 or fields[0] in (b"Z", b"X", b"x"):
+        return None
+    return int(fields[19])
 
 
 def child_pid(status: bytes) -> int | None:
@@ -87,6 +105,7 @@ class BwrapGate:
         self.status = b""
         self.child: int | None = None
         self._child_fd: int | None = None
+        self._child_since: int | None = None
         self._fds["status_r"], self._fds["status_w"] = os.pipe()
         self._fds["filter_r"], self._fds["filter_w"] = os.pipe()
 
@@ -134,6 +153,7 @@ class BwrapGate:
         if parent != proc.pid:
             raise SandboxError(f"bwrap reported process {child}, which is not its child")
         self.child = child
+        self._child_since = _running_since(child)
         apply_rlimits(child, self._rlimits)
         if self._cgroup is not None:
             self._cgroup.add(child)
@@ -162,9 +182,7 @@ class BwrapGate:
         (``run_process``'s on_exit, after bwrap's monitor was reaped)."""
         fd = self._child_fd
         if fd is None:
-            if self.child is not None and parent_of(self.child) == os.getpid():
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(self.child, 0)  # no pidfd here; it was handed to us, and ends
+            self._finish_without_pidfd()
             return
         if not wait_readable(fd, SETTLE_SECONDS):
             with contextlib.suppress(OSError):
@@ -172,6 +190,22 @@ class BwrapGate:
             wait_readable(fd, SETTLE_SECONDS)
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)
+
+    def _finish_without_pidfd(self) -> None:
+        """``finish`` on a kernel without pidfds: poll ``/proc`` for the init, known by its
+        start time (a pid used again by another process is not it)."""
+        child, since = self.child, self._child_since
+        if child is None or since is None:
+            return
+        end = time.monotonic() + SETTLE_SECONDS
+        while _running_since(child) == since and time.monotonic() < end:
+            time.sleep(0.0005)
+        if _running_since(child) == since:
+            with contextlib.suppress(OSError):
+                os.kill(child, signal.SIGKILL)
+        if parent_of(child) == os.getpid():
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child, 0)  # it was handed to this process, and has ended
 
     def started(self) -> bool:
         """bwrap reports the tool's exit code only if it got to run it."""
