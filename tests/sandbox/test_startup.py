@@ -185,7 +185,7 @@ def test_a_limit_that_cannot_be_set_stops_the_run_before_the_tool(
 def test_a_reported_process_that_is_not_bwraps_child_is_refused(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr(gate, "parent_of", lambda pid: 1)
+    monkeypatch.setattr(gate, "_parent_and_start", lambda pid: (1, 100))  # init's child
     with pytest.raises(SandboxError, match="not its child"):
         sandbox(project).run(["/bin/sh", "-c", f"touch {marker(project)}"])
     assert not marker(project).exists()

@@ -93,14 +93,23 @@ def _depth(path: str) -> tuple[int, str]:
     return (0 if path == "/" else path.count("/"), path)
 
 
+def _ancestors(path: str) -> list[str]:
+    """Every directory above ``path``, ``/`` included."""
+    found = []
+    while path not in ("/", ""):
+        path = os.path.dirname(path)
+        found.append(path)
+    return found
+
+
 def _copyable(spec: SandboxSpec) -> list[str]:
     """Runtime roots that could be copied: bound read-only and on the sandbox's own root (a
     copy inside another root would be written into that root, on the host)."""
     _, read_only = _read_only_binds(spec)
     runtime = set(spec.runtime_roots)
+    visible = set(spec.visible())
     return [path for path in read_only
-            if path in runtime and not any(is_within(path, root) for root in spec.visible()
-                                           if root != path)]
+            if path in runtime and not any(up in visible for up in _ancestors(path))]
 
 
 def _list_copy(root: str, info: os.stat_result) -> tuple[bool, tuple[str, ...]] | None:

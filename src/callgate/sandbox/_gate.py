@@ -57,19 +57,24 @@ def _stat_fields(pid: int) -> list[bytes] | None:
 
 def parent_of(pid: int) -> int | None:
     """The parent pid of ``pid`` (from ``/proc``), or None when it cannot be read."""
+    return _parent_and_start(pid)[0]
+
+
+def _parent_and_start(pid: int) -> tuple[int | None, int | None]:
+    """(parent pid, start time in clock ticks since boot if it has not exited) of ``pid``."""
     fields = _stat_fields(pid)
     try:
-        return None if fields is None else int(fields[1])
+        if fields is None:
+            return None, None
+        running = fields[0] not in (b"Z", b"X", b"x")
+        return int(fields[1]), int(fields[19]) if running else None
     except (ValueError, IndexError):
-        return None
+        return None, None
 
 
 def _running_since(pid: int) -> int | None:
     """When ``pid`` started (clock ticks since boot) if it has not exited, else None."""
-    fields = _stat_fields(pid)
-    if fields is None or len(fields) < 20 or fields[0] in (b"Z", b"X", b"x"):
-        return None
-    return int(fields[19])
+    return _parent_and_start(pid)[1]
 
 
 def child_pid(status: bytes) -> int | None:
@@ -146,14 +151,14 @@ class BwrapGate:
             self._close("filter_w")
             return
         self._child_fd = pidfd(child)
-        parent = parent_of(child)
-        if parent is None:  # it ended already: bwrap failed, and says why on stderr
+        parent, since = _parent_and_start(child)
+        if parent is None or since is None:  # it ended: bwrap failed, and says why on stderr
             self._close("filter_w")
             return
         if parent != proc.pid:
             raise SandboxError(f"bwrap reported process {child}, which is not its child")
         self.child = child
-        self._child_since = _running_since(child)
+        self._child_since = since
         apply_rlimits(child, self._rlimits)
         if self._cgroup is not None:
             self._cgroup.add(child)

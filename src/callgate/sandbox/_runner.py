@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -62,9 +63,15 @@ def pidfd(pid: int) -> int | None:
 
 def wait_readable(fd: int, timeout: float | None) -> bool:
     """True once ``fd`` is readable (a pidfd: its process exited), False at the timeout."""
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        return bool(selector.select(timeout))
+    poller = select.poll()  # no descriptor of its own, unlike an epoll selector
+    poller.register(fd, select.POLLIN)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        wait = None if deadline is None else max(deadline - time.monotonic(), 0.0) * 1000
+        if poller.poll(wait):
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
 
 
 class _Pump:
