@@ -103,13 +103,12 @@ def _ancestors(path: str) -> list[str]:
 
 
 def _copyable(spec: SandboxSpec) -> list[str]:
-    """Runtime roots that could be copied: bound read-only and on the sandbox's own root (a
-    copy inside another root would be written into that root, on the host)."""
-    _, read_only = _read_only_binds(spec)
-    runtime = set(spec.runtime_roots)
+    """Runtime roots that could be copied: on the sandbox's own root, below no other root (a
+    copy inside another root would be written into that root, on the host; one inside a read
+    root is not bound at all). A symlink is never copied (``_list_copy``)."""
     visible = set(spec.visible())
-    return [path for path in read_only
-            if path in runtime and not any(up in visible for up in _ancestors(path))]
+    return [path for path in spec.runtime_roots
+            if not any(up in visible for up in _ancestors(path))]
 
 
 def _list_copy(root: str, info: os.stat_result) -> tuple[bool, tuple[str, ...]] | None:
