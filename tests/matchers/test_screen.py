@@ -14,7 +14,7 @@ import re2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from callgate.guards._text import KEY_SHAPES
+from callgate.guards._text import _SECRET_ASSIGNMENT, KEY_SHAPES
 from callgate.matchers._screen import Screened
 from callgate.matchers._sensitive import SECRET_RESOURCE, SENSITIVE_PATH
 
@@ -22,6 +22,7 @@ SCREENED: dict[str, Screened] = {
     "sensitive-path": SENSITIVE_PATH,
     "secret-resource": SECRET_RESOURCE,
     **{f"key-shape:{name}": screened for name, screened in KEY_SHAPES},
+    "secret-assignment": _SECRET_ASSIGNMENT,
 }
 # letters outside ASCII that Unicode case folding takes to ASCII ones, and separators
 _TRICKY = "\u017f\u212a\u0130\u0131/\\.-_ =:'\"\n\t~"
@@ -76,6 +77,19 @@ def test_case_folding_letters_outside_ascii_still_reach_the_expression() -> None
     assert SENSITIVE_PATH.search("/srv/\u017fecrets/x") is not None
     assert SENSITIVE_PATH.search("/home/u/.\u017f\u017fh/id") is not None
     assert re2.compile("(?i)secret").search("\u017fecret") is not None
+
+
+def test_an_expression_left_for_later_is_compiled_when_a_text_first_gets_through() -> None:
+    compiled: list[str] = []
+
+    def compile_regex(source: str) -> object:
+        compiled.append(source)
+        return re2.compile(source)
+
+    screened = Screened.later("(?i)needle", compile_regex, ("needle",), ignore_case=True)
+    assert screened.search("hay") is None and compiled == []
+    assert screened.search("a NEEDLE") is not None and compiled == ["(?i)needle"]
+    assert screened.search("needle") is not None and compiled == ["(?i)needle"]
 
 
 def test_a_screen_needs_literals() -> None:

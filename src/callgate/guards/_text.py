@@ -29,8 +29,7 @@ _B64_ONLY = re.compile(r"^[A-Za-z0-9+/_-]+={0,2}$")
 #: took time quadratic in it (``-eyJ`` or ``-----BEGIN PRIVATE KEY-----`` repeated) or worse (blank
 #: lines before the assignment pattern). Word boundaries are ASCII (``(?a)``), like the classes.
 KEY_SHAPES: tuple[tuple[str, Screened], ...] = tuple(
-    (name, Screened(compile_search_regex(pattern), literals, ignore_case=ignore_case,
-                    source=pattern))
+    (name, Screened.later(pattern, compile_search_regex, literals, ignore_case=ignore_case))
     for name, pattern, literals, ignore_case in (
         ("pem-private-key",
          r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]{16,}?-----END [A-Z0-9 ]*PRIVATE KEY-----",
@@ -47,9 +46,11 @@ KEY_SHAPES: tuple[tuple[str, Screened], ...] = tuple(
          False),
     ))
 #: ``NAME=value`` / ``name: value`` / ``"name": "value"`` lines whose name says "secret".
-_SECRET_ASSIGNMENT: Any = compile_search_regex(
+_SECRET_ASSIGNMENT = Screened.later(
     r"""(?im)^[\s"']*([A-Za-z0-9_.-]*(?:pass(?:word|wd)?|secret|token|api[_-]?key|"""
-    r"""private[_-]?key|credential|auth)[A-Za-z0-9_.-]*)["']?\s*[=:]\s*["']?([^\s"',#]{6,})""")
+    r"""private[_-]?key|credential|auth)[A-Za-z0-9_.-]*)["']?\s*[=:]\s*["']?([^\s"',#]{6,})""",
+    compile_search_regex, ("pass", "secret", "token", "api", "private", "credential", "auth"),
+    ignore_case=True)
 #: Token-like runs that are candidates for high-entropy secrets.
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9+/_.~-]{20,}")
 

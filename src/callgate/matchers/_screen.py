@@ -18,7 +18,7 @@ length of its longest literal at each position.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 
@@ -30,7 +30,7 @@ class Screened:
     ``source`` is the expression as written (Python syntax), when it differs from RE2's.
     """
 
-    __slots__ = ("_ignore_case", "_regex", "_screen", "literals", "source")
+    __slots__ = ("_compile", "_ignore_case", "_regex", "_screen", "literals", "source")
 
     def __init__(self, regex: Any, literals: Iterable[str], *, ignore_case: bool,
                  source: str | None = None) -> None:
@@ -39,9 +39,20 @@ class Screened:
         if not self.literals or any(not lit for lit in self.literals):
             raise ValueError("a screen needs literals, none of them empty")
         self._regex = regex
+        self._compile: Callable[[str], Any] | None = None
         self._ignore_case = ignore_case
         flags = re.IGNORECASE | re.ASCII if ignore_case else 0
         self._screen = re.compile("|".join(re.escape(lit) for lit in self.literals), flags)
+
+    @classmethod
+    def later(cls, source: str, compile_regex: Callable[[str], Any], literals: Iterable[str],
+              *, ignore_case: bool) -> Screened:
+        """A screen whose expression ``compile_regex(source)`` is compiled the first time a
+        text gets past the screen (a translation to RE2 can cost a good part of a second;
+        most processes never need it)."""
+        screened = cls(None, literals, ignore_case=ignore_case, source=source)
+        screened._compile = compile_regex
+        return screened
 
     def possible(self, text: str) -> bool:
         """False only when ``text`` cannot match (it holds none of the literals)."""
@@ -51,14 +62,17 @@ class Screened:
 
     def search(self, text: str) -> Any:
         """RE2's first match in ``text``, or None."""
-        return self._regex.search(text) if self.possible(text) else None
+        return self.regex.search(text) if self.possible(text) else None
 
     def finditer(self, text: str) -> Iterator[Any]:
         """RE2's matches in ``text``."""
         if self.possible(text):
-            yield from self._regex.finditer(text)
+            yield from self.regex.finditer(text)
 
     @property
     def regex(self) -> Any:
-        """The RE2 expression itself."""
+        """The RE2 expression itself (compiled now if it was left for later)."""
+        if self._regex is None:
+            assert self._compile is not None
+            self._regex = self._compile(self.source)  # two threads may both compile: harmless
         return self._regex
