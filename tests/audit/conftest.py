@@ -25,8 +25,8 @@ from callgate.audit._chain import (
 )
 from callgate.audit._schema import DDL
 
-#: The files a log has beside it by default: signing key, public key, anchor.
-SIDECARS = (".key", ".key.pub", ".anchor")
+#: The files a log has beside it by default: segment, signing key, public key, anchor.
+SIDECARS = (".log", ".key", ".key.pub", ".anchor")
 
 
 def make_call(run_id: str, n: int, *, tool: str = "fetch", taint: tuple[str, ...] = ()) -> ToolCall:
@@ -140,16 +140,22 @@ class Kit:
             conn.close()
 
     def rewrite(self, path: Path, records: list[dict[str, Any]]) -> None:
-        """Replace the whole chain and runs index with a consistent one built from ``records``."""
+        """Replace the whole chain (segment and index) with a consistent one built from
+        ``records``: what an attacker with write access to every file can do."""
         prev = GENESIS_HASH
         rows: list[tuple[Any, ...]] = []
         starts: dict[str, dict[str, Any]] = {}
         counts: dict[str, int] = {}
         ends: dict[str, dict[str, Any]] = {}
+        lines: list[bytes] = []
+        offset = 0
         for seq, original in enumerate(records, start=1):
             record = dict(original, seq=seq, prev=prev)
             text, digest = seal(record)
-            rows.append(event_row(record, text, digest))
+            line = (text + "\n").encode()
+            rows.append(event_row(record, digest, offset, len(line)))
+            lines.append(line)
+            offset += len(line)
             prev = digest
             run = record["run_id"]
             counts[run] = counts.get(run, 0) + 1
@@ -157,6 +163,7 @@ class Kit:
                 starts[run] = record
             if record["kind"] == "run-end":
                 ends[run] = record
+        Path(f"{path}.log").write_bytes(b"".join(lines))
         with self.connect(path) as conn:
             conn.execute("DELETE FROM events")
             conn.execute("DELETE FROM runs")
@@ -165,10 +172,35 @@ class Kit:
             for run, record in starts.items():
                 row = run_row(record, counts[run], ends.get(run))
                 conn.execute(f"INSERT INTO runs VALUES ({', '.join('?' * len(RUN_COLUMNS))})", row)
+            conn.execute("UPDATE log_position SET seq = ?, offset = ?, hash = ?",
+                         (len(rows), offset, prev))
+
+    def lines(self, path: Path) -> list[str]:
+        """The segment's lines (records' texts), in order."""
+        return Path(f"{path}.log").read_text(encoding="utf-8").splitlines()
+
+    def write_lines(self, path: Path, lines: list[str]) -> None:
+        """Replace the segment's lines (the index is left as it is)."""
+        Path(f"{path}.log").write_text("".join(f"{line}\n" for line in lines),
+                                       encoding="utf-8")
 
     def records(self, path: Path) -> list[dict[str, Any]]:
-        index = EVENT_COLUMNS.index("record")
-        return [json.loads(row[index]) for row in self.events(path)]
+        return [json.loads(line) for line in self.lines(path)]
+
+    def segment(self, path: Path) -> list[tuple[int, int, str]]:
+        """The segment's lines as ``verify_rows`` takes them: (start, end, text)."""
+        out, at = [], 0
+        for raw in Path(f"{path}.log").read_bytes().splitlines(keepends=True):
+            out.append((at, at + len(raw), raw.rstrip(b"\n").decode("utf-8")))
+            at += len(raw)
+        return out
+
+    def position(self, path: Path) -> list[tuple[Any, ...]]:
+        conn = sqlite3.connect(path)
+        try:
+            return list(conn.execute("SELECT id, seq, offset, hash FROM log_position"))
+        finally:
+            conn.close()
 
 
 @pytest.fixture(scope="session")

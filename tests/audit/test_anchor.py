@@ -1,7 +1,7 @@
 """Checkpoints by default: a deleted tail or a deleted run is found by a plain verify.
 
-The attacker here can write the database (drops the triggers, deletes, puts them back) but not
-the anchor file beside it, which is the threat model of docs/audit.md.
+The attacker here can write the database (drops the triggers, deletes, puts them back) and the
+segment, but not the anchor file beside them, which is the threat model of docs/audit.md.
 """
 
 from __future__ import annotations
@@ -33,11 +33,10 @@ def two_runs(path: Path, kit: Any, *, end_b: bool = True) -> None:
 
 
 def delete_run(kit: Any, path: Path, run: str, *, checkpoints: bool = False) -> None:
-    with kit.connect(path) as conn:
-        conn.execute("DELETE FROM events WHERE run_id = ?", (run,))
-        conn.execute("DELETE FROM runs WHERE run_id = ?", (run,))
-        if checkpoints:
-            conn.execute("DELETE FROM checkpoints")
+    """Delete a run from the segment and the index alike, leaving both consistent."""
+    kit.rewrite(path, [r for r in kit.records(path) if r["run_id"] != run])
+    if checkpoints:
+        kit.execute(path, "DELETE FROM checkpoints")
 
 
 def test_a_new_log_has_a_private_key_a_public_key_and_an_anchor(tmp_path: Path) -> None:
@@ -212,6 +211,7 @@ def test_checkpoints_off_writes_no_key_and_no_anchor(tmp_path: Path, kit: Any) -
         store.end_run("a")
         assert store.checkpoints() == []
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) \
-        == ["a.db"]
+        == ["a.db", "a.db.log"]
     shutil.copyfile(path, tmp_path / "b.db")
+    shutil.copyfile(f"{path}.log", tmp_path / "b.db.log")
     assert verify_file(tmp_path / "b.db", require_anchor=False).ok

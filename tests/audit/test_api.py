@@ -19,7 +19,8 @@ def test_the_store_methods_keep_the_agreed_signatures() -> None:
     # "*name" is keyword-only; "=value" is the default.
     expected = {
         "open": ["path", "*durability='normal'", "*read_only=False", "*checkpoints=True",
-                 "*checkpoint_every=1000", "*key_path=None", "*anchor_path=None"],
+                 "*checkpoint_every=1000", "*key_path=None", "*anchor_path=None",
+                 "*index_every=512"],
         "start_run": ["self", "run_id", "*principal", "*policy_name", "*manifest_hash", "*config"],
         "record_decision": ["self", "run_id", "call", "decision"],
         "record_result": ["self", "run_id", "result"],

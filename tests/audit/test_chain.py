@@ -100,12 +100,13 @@ def test_decision_columns_are_derived_from_the_record() -> None:
         prev=GENESIS_HASH,
         payload=payload,
     )
-    text, digest = seal(record)
-    row = dict(zip(EVENT_COLUMNS, event_row(record, text, digest), strict=True))
+    _, digest = seal(record)
+    row = dict(zip(EVENT_COLUMNS, event_row(record, digest, 120, 40), strict=True))
     assert row["tool"] == "Bash" and row["tool_class"] == "shell" and row["action"] == "exec"
     assert (row["verdict"], row["call_id"], row["status"]) == ("deny", "c1", None)
     assert row["taint"] == "email,web"
-    assert (row["record"], row["hash"], row["prev_hash"]) == (text, digest, GENESIS_HASH)
+    assert (row["log_offset"], row["log_length"]) == (120, 40)
+    assert (row["hash"], row["prev_hash"]) == (digest, GENESIS_HASH)
 
 
 def test_system_events_use_the_system_tool_class() -> None:
@@ -119,7 +120,7 @@ def test_system_events_use_the_system_tool_class() -> None:
         prev=GENESIS_HASH,
         payload={"kind": "quarantine"},
     )
-    row = dict(zip(EVENT_COLUMNS, event_row(record, *seal(record)), strict=True))
+    row = dict(zip(EVENT_COLUMNS, event_row(record, seal(record)[1], 0, 1), strict=True))
     assert (row["tool"], row["tool_class"], row["action"]) == (
         "_system.quarantine",
         "_system",

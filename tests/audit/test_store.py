@@ -1,4 +1,4 @@
-"""The SQLite audit store: round trips, runs, atomic writes, bad files, crashes, threads."""
+"""The audit store: round trips, runs, the segment and its index, bad files, crashes, threads."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from callgate import AuditError, ToolResult
-from callgate.audit import GENESIS_HASH, AuditStore, verify_file
+from callgate.audit import GENESIS_HASH, AuditStore, _store, verify_file
 
 
 def count_events(path: Path) -> int:
@@ -126,33 +126,64 @@ def test_an_empty_log_has_the_genesis_head_and_verifies(tmp_path: Path) -> None:
     with AuditStore.open(tmp_path / "a.db", durability="fsync") as store:
         assert store.head() == (0, GENESIS_HASH)
         report = store.verify()
-    # the two meta rows and the checkpoint of the empty chain made at creation
-    assert report.ok and report.checked == 3
+    # the two meta rows, the index's position and the checkpoint of the empty chain
+    assert report.ok and report.checked == 4
     assert report.anchor == 0 and report.signatures
 
 
-def test_a_failure_inside_the_transaction_rolls_back_the_whole_append(
+def test_an_index_batch_that_fails_loses_nothing_and_the_next_one_catches_up(
     tmp_path: Path, kit: Any
 ) -> None:
     path = tmp_path / "a.db"
-    with AuditStore.open(path) as store:
+    with AuditStore.open(path, index_every=1) as store:
         kit.start(store, "r1")
-        head = store.head()
-        # The event INSERT succeeds, then the runs UPDATE of the same transaction fails.
+        # The batch's event INSERT succeeds, then its runs UPDATE fails: none of it is kept.
         saboteur = sqlite3.connect(path, isolation_level=None)
         saboteur.execute(
             "CREATE TRIGGER boom BEFORE UPDATE ON runs"
             " BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
         )
         call = kit.make_call("r1", 1)
+        # the segment has the decision: the append succeeds, the index lags behind
+        assert store.record_decision("r1", call, kit.allow(call)) == 2
+        assert count_events(path) == 1
         with pytest.raises(AuditError, match="disk on fire") as info:
-            store.record_decision("r1", call, kit.allow(call))
+            store.records("r1")  # a read indexes first, and says why it cannot
         assert isinstance(info.value.__cause__, sqlite3.Error)
         assert count_events(path) == 1
-        assert store.head() == head
         saboteur.execute("DROP TRIGGER boom")
         saboteur.close()
-        assert store.record_decision("r1", call, kit.allow(call)) == 2
+        assert [r.seq for r in store.records("r1")] == [1, 2]
+        assert count_events(path) == 2
+        assert store.verify().ok
+
+
+def test_a_segment_that_cannot_grow_fails_the_append_and_keeps_the_chain(
+    tmp_path: Path, kit: Any
+) -> None:
+    import resource
+
+    path = tmp_path / "a.db"
+    segment = Path(f"{path}.log")
+    with AuditStore.open(path) as store:
+        kit.start(store, "r1")
+        head, size = store.head(), segment.stat().st_size
+        limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+        previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        big = ToolResult(call_id="c", status="ok", output="x" * 200_000)
+        try:
+            # a file may not grow past its size now: the disk is full for the segment
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size + 1000, limits[1]))
+            for _ in range(3):  # the third failure is no different from the first
+                with pytest.raises(AuditError, match="cannot append"):
+                    store.record_result("r1", big)
+            assert store.head() == head
+            assert segment.stat().st_size == size  # the partial line was cut back
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+            signal.signal(signal.SIGXFSZ, previous)
+        assert store.record_result("r1", big) == head[0] + 1
+        store.end_run("r1")
         assert store.verify().ok
 
 
@@ -163,7 +194,7 @@ def test_a_read_only_file_refuses_writes_and_stays_intact(tmp_path: Path, kit: A
         head = store.head()
     with AuditStore.open(path, read_only=True) as store:
         call = kit.make_call("b", 9)
-        with pytest.raises(AuditError, match="readonly"):
+        with pytest.raises(AuditError, match="read-only"):
             store.record_decision("b", call, kit.allow(call))
         assert store.head() == head
         assert len(store.records("b")) == 3
@@ -207,25 +238,95 @@ def test_a_writer_that_was_behind_still_refuses_events_of_a_run_another_ended(
         assert second.verify().ok
 
 
-def test_a_full_disk_raises_audit_error_and_the_store_works_again_afterwards(
+def test_a_full_disk_for_the_index_fails_no_append_and_the_index_catches_up(
+    tmp_path: Path, kit: Any
+) -> None:
+    path = tmp_path / "a.db"
+    with AuditStore.open(path, index_every=1) as store:
+        kit.start(store, "r1")
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        store._conn.execute(f"PRAGMA max_page_count = {pages}")  # the index's disk is full
+        head = store.head()
+        result = ToolResult(call_id="c", status="ok", output="x")
+        for n in range(1, 301):  # the index rows fill the pages left; no append fails
+            assert store.record_result("r1", result) == head[0] + n
+        with pytest.raises(AuditError, match="full"):
+            store.run_ids()
+        store._conn.execute("PRAGMA max_page_count = 1073741823")  # space again
+        store.end_run("r1")
+        assert len(store.records("r1")) == 302
+        assert store.verify().ok
+
+
+def test_a_long_unindexed_tail_is_indexed_in_bounded_stretches(
+    tmp_path: Path, kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_store, "_READ_BACK_BYTES", 2048)  # a few records per transaction
+    monkeypatch.setattr(_store, "_MAX_PENDING", 4)  # most records must be read back
+    path = tmp_path / "a.db"
+    reads: list[int] = []
+    with AuditStore.open(path, index_every=10_000) as store:
+        real = store._read_back
+
+        def counted(start: int, stop: int) -> Any:
+            reads.append(stop - start)
+            return real(start, stop)
+
+        monkeypatch.setattr(store, "_read_back", counted)
+        kit.start(store, "r1")
+        result = ToolResult(call_id="c", status="ok", output="x" * 5000)  # longer than a stretch
+        for _ in range(3):
+            store.record_result("r1", result)
+        for _ in range(60):
+            store.record_result("r1", ToolResult(call_id="c", status="ok", output="y"))
+        assert len(store.records("r1")) == 64  # the read indexes everything first
+        assert store.verify().ok
+    assert len(reads) > 3 and min(reads) <= 2048  # several stretches, not one read of the tail
+
+
+def test_a_failing_index_is_retried_once_a_batch_not_on_every_append(
+    tmp_path: Path, kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "a.db"
+    with AuditStore.open(path, index_every=8) as store:
+        kit.start(store, "r1")
+        tries: list[int] = []
+
+        def failing() -> None:
+            tries.append(1)
+            raise AuditError("the index is locked")
+
+        monkeypatch.setattr(store, "_index", failing)
+        for _ in range(80):
+            store.record_result("r1", ToolResult(call_id="c", status="ok", output="z"))
+        assert len(tries) == 10
+        monkeypatch.undo()
+        assert len(store.records("r1")) == 81
+        assert store.verify().ok
+
+
+def test_a_writer_that_holds_the_log_too_long_fails_the_append_not_hangs_it(
     tmp_path: Path, kit: Any
 ) -> None:
     path = tmp_path / "a.db"
     with AuditStore.open(path) as store:
         kit.start(store, "r1")
-        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
-        store._conn.execute(f"PRAGMA max_page_count = {pages}")  # the disk is now full
         head = store.head()
-        big = ToolResult(call_id="c", status="ok", output="x" * 200_000)
-        for _ in range(5):  # the fifth failure is no different from the first
-            with pytest.raises(AuditError, match="full"):
-                store.record_result("r1", big)
-            with pytest.raises(AuditError, match="full"):
-                store.record_system("r1", "quarantine", {"rule": "r", "pad": "y" * 100_000})
-        assert store.head() == head
-        store._conn.execute("PRAGMA max_page_count = 1073741823")  # space again
-        assert store.record_result("r1", big) == head[0] + 1
-        store.end_run("r1")
+        assert store._segment is not None
+        store._segment.lock_timeout = 0.05
+        holder = subprocess.Popen(  # another process (stopped, hung) holds the lock
+            [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1]);"
+             " fcntl.flock(f, fcntl.LOCK_EX); print(flush=True); time.sleep(60)",
+             f"{path}.log"], stdout=subprocess.PIPE)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline()
+            with pytest.raises(AuditError, match="locked by another writer"):
+                store.record_result("r1", ToolResult(call_id="c", status="ok"))
+        finally:
+            holder.kill()
+            holder.communicate()
+        assert store.head() == head  # nothing was written
+        assert store.record_result("r1", ToolResult(call_id="c", status="ok")) == head[0] + 1
         assert store.verify().ok
 
 
@@ -429,3 +530,70 @@ def test_stores_opening_a_new_file_at_once_agree_on_one_schema(tmp_path: Path) -
         thread.join()
     assert errors == []
     assert verify_file(path).ok
+
+
+def test_a_torn_tail_is_cut_by_the_next_writer_and_never_read(tmp_path: Path, kit: Any) -> None:
+    path = tmp_path / "a.db"
+    with AuditStore.open(path) as store:
+        kit.start(store, "r1")
+    segment = Path(f"{path}.log")
+    whole = segment.read_bytes()
+    with segment.open("ab") as handle:
+        handle.write(b'{"id":"an append killed inside write()')
+    assert verify_file(path).ok  # readers leave the torn tail out
+    with AuditStore.open(path, read_only=True) as reader:
+        assert [r.kind for r in reader.records("r1")] == ["run-start"]
+    with AuditStore.open(path) as store:  # a writer cuts it off before appending
+        call = kit.make_call("r1", 1)
+        store.record_decision("r1", call, kit.allow(call))
+        assert segment.read_bytes().startswith(whole)
+        assert b"killed" not in segment.read_bytes()
+        assert store.verify().ok
+
+
+def test_the_index_is_rebuilt_from_the_segment(tmp_path: Path, kit: Any) -> None:
+    path = tmp_path / "a.db"
+    with AuditStore.open(path) as store:
+        kit.populate(store)
+        head = store.head()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    with AuditStore.open(path) as store:  # a new index; the segment and the anchor remain
+        assert store.head() == head
+        assert [len(store.records(run)) for run in ("a", "b")] == [6, 3]
+        assert store.verify().ok
+
+
+def test_a_writer_refuses_a_segment_shorter_than_its_index(tmp_path: Path, kit: Any) -> None:
+    path = tmp_path / "a.db"
+    with AuditStore.open(path) as store:
+        kit.populate(store)
+    segment = Path(f"{path}.log")
+    segment.write_bytes(b"".join(segment.read_bytes().splitlines(keepends=True)[:-1]))
+    with pytest.raises(AuditError, match="truncated or rewritten"):
+        AuditStore.open(path)
+    segment.unlink()
+    with pytest.raises(AuditError, match="missing"):
+        AuditStore.open(path)
+    assert not segment.exists()  # refusing did not create an empty one
+
+
+def test_what_the_index_has_not_reached_yet_is_read_and_verified(
+    tmp_path: Path, kit: Any
+) -> None:
+    path = tmp_path / "a.db"
+    writer = AuditStore.open(path, index_every=10_000)
+    try:
+        kit.start(writer, "r1")
+        for n in range(20):
+            call = kit.make_call("r1", n)
+            writer.record_decision("r1", call, kit.allow(call))
+        assert count_events(path) == 0  # all of it still only in the segment
+        report = verify_file(path)
+        assert report.ok and report.checked >= 21
+        with AuditStore.open(path, read_only=True) as reader:
+            assert len(reader.records("r1")) == 21
+            assert reader.run_ids() == ["r1"]
+    finally:
+        writer.close()
+    assert count_events(path) == 21  # indexed when the writer closed

@@ -1,7 +1,8 @@
-"""verify(): any edited, deleted, inserted or reordered row is found, and the report names it.
+"""verify(): any edited, deleted, inserted or reordered row or line is found, and named.
 
 The populated log (see conftest) has 9 events in two runs; run "a" ended at event 8, run "b" is
-open. Every test edits a private copy of it the way someone with write access to the file could.
+open. Every test edits a private copy of it the way someone with write access to the files
+(the database and its segment) could.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from callgate.audit._chain import (
     canonical_json,
     event_row,
     seal,
-    sha256_hex,
 )
 from callgate.audit._verify import VerifyReport, verify_rows
 
@@ -52,9 +52,11 @@ def stored_value(path: Path, table: str, column: str, key: str, value: Any) -> A
 
 def test_the_untouched_log_verifies(template: Path) -> None:
     report = verify_file(template)
-    # meta, events, runs, and the checkpoints made at creation and at run "a"'s end; the anchor
-    # (that of run "a"'s end) and the signatures with the key beside the log are checked too.
-    assert report == VerifyReport(ok=True, checked=2 + HEAD + 2 + 2, anchor=8, signatures=True)
+    # meta, the segment's lines (each against its index row), runs, the index's position and
+    # the checkpoints made at creation and at run "a"'s end; the anchor (that of run "a"'s end)
+    # and the signatures with the key beside the log are checked too.
+    assert report == VerifyReport(ok=True, checked=2 + HEAD + 2 + 1 + 2, anchor=8,
+                                  signatures=True)
     assert "ok" in str(report)
 
 
@@ -186,21 +188,100 @@ def test_an_invented_runs_row_is_found(template: Path, kit: Any) -> None:
     assert "no run-start event" in str(report.problem)
 
 
+def _forge_tail(kit: Any, path: Path) -> tuple[dict[str, Any], str, int, int]:
+    """A correctly chained event appended to the segment: (record, hash, offset, length)."""
+    records = kit.records(path)
+    forged = dict(records[-1], id="f" * 32, run_seq=records[-1]["run_seq"] + 1)
+    forged.update(seq=HEAD + 1, prev=kit.events(path)[-1][EVENT_COLUMNS.index("hash")])
+    text, digest = seal(forged)
+    segment = Path(f"{path}.log")
+    offset = segment.stat().st_size
+    with segment.open("ab") as handle:
+        handle.write(f"{text}\n".encode())
+    return forged, digest, offset, len(text) + 1
+
+
 def test_a_correctly_hashed_forged_tail_event_is_caught_by_the_runs_index(
     template: Path, kit: Any
 ) -> None:
     with kit.copy(template) as path:
-        records = kit.records(path)
-        forged = dict(records[-1], id="f" * 32, run_seq=records[-1]["run_seq"] + 1)
-        kit.rewrite(path, records)  # a consistent rewrite of the same chain changes nothing
+        kit.rewrite(path, kit.records(path))  # a consistent rewrite of the chain changes nothing
         assert verify_file(path).ok
-        events = kit.events(path)
-        forged.update(seq=HEAD + 1, prev=events[-1][EVENT_COLUMNS.index("hash")])
-        text, digest = seal(forged)
+        forged, digest, offset, length = _forge_tail(kit, path)
         marks = ", ".join("?" * len(EVENT_COLUMNS))
-        kit.execute(path, f"INSERT INTO events VALUES ({marks})", event_row(forged, text, digest))
+        kit.execute(path, f"INSERT INTO events VALUES ({marks})",
+                    event_row(forged, digest, offset, length))
         report = verify_file(path)
     assert (report.table, report.row) == ("runs", "b")
+
+
+def test_an_index_that_says_more_than_the_segment_is_found(template: Path, kit: Any) -> None:
+    with kit.copy(template) as path:
+        segment = Path(f"{path}.log")
+        lines = segment.read_bytes().splitlines(keepends=True)
+        segment.write_bytes(b"".join(lines[:-2]))  # the last two lines cut off
+        report = verify_file(path)
+    assert (report.ok, report.table, report.row) == (False, "events", HEAD - 1)
+    assert "truncated" in str(report.problem)
+
+
+def test_a_missing_segment_is_found(template: Path, kit: Any) -> None:
+    with kit.copy(template) as path:
+        Path(f"{path}.log").unlink()
+        report = verify_file(path)
+    assert (report.ok, report.table, report.row) == (False, "events", 1)
+
+
+@TAMPER
+@given(seq=st.integers(1, HEAD), pair=st.lists(st.integers(1, HEAD), min_size=2, max_size=2,
+                                                unique=True), how=st.sampled_from(
+    ["delete", "duplicate", "swap", "blank", "not-utf8"]))
+def test_editing_the_segment_alone_is_found_at_that_line(
+    template: Path, kit: Any, seq: int, pair: list[int], how: str
+) -> None:
+    with kit.copy(template) as path:
+        segment = Path(f"{path}.log")
+        lines = segment.read_bytes().splitlines(keepends=True)
+        at = seq
+        if how == "delete":
+            del lines[seq - 1]
+        elif how == "duplicate":
+            lines.insert(seq, lines[seq - 1])
+            at = seq + 1
+        elif how == "swap":
+            first, second = sorted(pair)
+            lines[first - 1], lines[second - 1] = lines[second - 1], lines[first - 1]
+            at = first
+        elif how == "blank":
+            lines[seq - 1] = b"\n"
+        else:
+            lines[seq - 1] = lines[seq - 1][:5] + b"\xff" + lines[seq - 1][6:]
+        segment.write_bytes(b"".join(lines))
+        report = verify_file(path)
+    assert not report.ok
+    # the line itself, or its index row (which records where and what the line was)
+    assert (report.table, report.row) in {("log", at), ("events", at)}, str(report)
+
+
+def test_a_torn_tail_is_no_record_and_verifies(template: Path, kit: Any) -> None:
+    with kit.copy(template) as path:
+        with Path(f"{path}.log").open("ab") as handle:
+            handle.write(b'{"id":"half a record')  # an append killed inside write()
+        assert verify_file(path).ok
+
+
+def test_a_forged_tail_past_the_last_checkpoint_is_what_checkpoints_bound(
+    template: Path, kit: Any
+) -> None:
+    # Anyone who can write the segment can append a correctly chained event after the last
+    # signed checkpoint (as anyone who could write the database could before): verify cannot
+    # tell it from one not yet indexed. What a checkpoint signed is fixed.
+    with kit.copy(template) as path:
+        _forge_tail(kit, path)
+        assert verify_file(path).ok
+        kit.execute(path, "DELETE FROM checkpoints")
+        report = verify_file(path)
+    assert report.ok  # the anchor (run "a"'s end) still matches: the forged event is later
 
 
 @pytest.mark.parametrize(
@@ -237,18 +318,18 @@ def test_a_dropped_trigger_is_found(template: Path, kit: Any) -> None:
 
 
 def test_verify_rows_reports_a_non_json_record(template: Path, kit: Any) -> None:
-    rows = [list(row) for row in kit.events(template)]
-    text = "{not json"
-    rows[3][EVENT_COLUMNS.index("record")] = text
-    rows[3][EVENT_COLUMNS.index("hash")] = sha256_hex(text)
+    lines = kit.segment(template)
+    start, end, _ = lines[3]
+    lines[3] = (start, end, "{not json")
     report = verify_rows(
-        meta=list(META_ROWS), events=rows, runs=[], checkpoints=[]
+        meta=list(META_ROWS), lines=lines, events=kit.events(template), runs=[], position=[],
+        checkpoints=[]
     )
     assert (report.ok, report.table, report.row, report.problem) == (
         False,
-        "events",
+        "log",
         4,
-        "record is not JSON",
+        f"line at byte {start}: record is not JSON",
     )
 
 
@@ -265,11 +346,12 @@ FIELDS = st.sampled_from(
 
 
 @settings(max_examples=80, deadline=None)
-@given(seq=st.integers(1, HEAD), field=FIELDS, value=JSON, raw=st.booleans())
+@given(seq=st.integers(1, HEAD), field=FIELDS, value=JSON, raw=st.booleans(),
+       indexed=st.booleans())
 def test_a_rehashed_record_of_any_shape_is_reported_never_crashes(
-    template: Path, kit: Any, seq: int, field: str, value: Any, raw: bool
+    template: Path, kit: Any, seq: int, field: str, value: Any, raw: bool, indexed: bool
 ) -> None:
-    rows = [list(row) for row in kit.events(template)]
+    lines = kit.segment(template)
     record = kit.records(template)[seq - 1]
     assume(record.get(field) != value)
     record[field] = value
@@ -280,34 +362,41 @@ def test_a_rehashed_record_of_any_shape_is_reported_never_crashes(
             text = canonical_json(record)
         except AuditError:
             text = json.dumps(record)
-    rows[seq - 1][EVENT_COLUMNS.index("record")] = text
-    rows[seq - 1][EVENT_COLUMNS.index("hash")] = sha256_hex(text)
+    start, end, _ = lines[seq - 1]
+    lines[seq - 1] = (start, end, text)
     conn = sqlite3.connect(template)
     runs = list(conn.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"))
     conn.close()
+    # the edited line under the index, or past it (the index stops just before it)
+    events = kit.events(template) if indexed else kit.events(template)[: seq - 1]
     report = verify_rows(
         meta=list(META_ROWS),
-        events=rows,
+        lines=lines,
+        events=events,
         runs=runs,
+        position=kit.position(template),
         checkpoints=[],
     )
     assert "cannot be checked" not in str(report.problem)  # found by a check, not a crash
-    if seq < HEAD:
-        # The row itself may be self-consistent after rehashing; then the next row's
-        # previous hash no longer matches.
+    if seq < HEAD or indexed:
+        # The line itself may be self-consistent after rehashing; then its index row or the
+        # next line's previous hash no longer matches.
         assert not report.ok
-        assert (report.table, report.row) in {("events", seq), ("events", seq + 1)}, str(report)
+        assert (report.table, report.row) in {("log", seq), ("events", seq),
+                                              ("log", seq + 1)}, str(report)
     elif not report.ok:
-        # A rehashed last event is the tail rewrite only a checkpoint can catch; when it is
-        # caught here it is at that row or in its run's index row.
-        assert (report.table, report.row) in {("events", seq), ("runs", "b")}, str(report)
+        # A rehashed last event past the index is the tail rewrite only a checkpoint can
+        # catch; when it is caught here it is at that line or in the index's other tables.
+        assert report.table in {"log", "runs", "log_position"}, str(report)
 
 
 def test_a_row_of_the_wrong_shape_is_reported_not_raised(template: Path, kit: Any) -> None:
     report = verify_rows(
         meta=list(META_ROWS),
+        lines=kit.segment(template),
         events=kit.events(template),
         runs=[("a", "agent")],  # a store handing back a truncated row
+        position=kit.position(template),
         checkpoints=[],
     )
     assert (report.ok, report.table, report.row) == (False, "runs", "a")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -50,23 +49,72 @@ def test_denials_and_quarantine_are_audited(example_policy: LoadedPolicy, workdi
 
 
 def test_a_failed_audit_write_denies(example_policy: LoadedPolicy, workdir: Path) -> None:
+    import resource
+    import signal
+
     db = workdir / "audit.db"
     k = Kernel(example_policy, working_dir=workdir, audit=db)
-    k.register_executor("http", lambda c: "page")
-    # Another connection holds the write lock: the kernel cannot append, so it must deny.
-    blocker = sqlite3.connect(db, timeout=0)
-    blocker.execute("BEGIN EXCLUSIVE")
+    ran: list[object] = []
+    k.register_executor("http", ran.append)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        store = k._audit
-        assert store is not None
-        store._conn.execute("PRAGMA busy_timeout = 0")
+        # The log cannot grow (a full disk, a file size limit): the kernel cannot append the
+        # decision, so the call is denied and never runs.
+        size = Path(f"{db}.log").stat().st_size
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, limits[1]))
         with pytest.raises(Denied) as info:
             k.execute(call("http", "get", url="https://api.github.com/"))
         assert reason_ids(info.value.decision) == ["audit.write-failed"]
+        assert ran == []
     finally:
-        blocker.rollback()
-        blocker.close()
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, previous)
+    k.close()
     with AuditStore.open(db) as store:
+        assert store.verify().ok
+
+
+_CHECKER = """
+import sys
+from callgate.kernel._kernel import Kernel
+from callgate.policy._loader import load_policy
+
+kernel = Kernel(load_policy(sys.argv[1]), working_dir=sys.argv[2], audit=sys.argv[3])
+print(kernel.run_id, flush=True)
+n = 0
+while True:
+    n += 1
+    # some calls carry a record of several pages: a kill can land inside their write()
+    pad = "x" * (40_000 if n % 3 == 0 else 10)
+    decision = kernel.check({"tool": "fetch", "tool_class": "http", "action": "get",
+                             "parameters": {"url": f"https://api.github.com/{n}?q={pad}"}})
+    print(decision.call_id, flush=True)
+"""
+
+
+@pytest.mark.parametrize("after", [1, 7, 40])
+def test_a_decision_check_returned_survives_kill_9(example_policy: LoadedPolicy, workdir: Path,
+                                                  after: int) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    db = workdir / "audit.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHECKER, example_policy.source, str(workdir), str(db)],
+        stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    run_id = proc.stdout.readline().strip()
+    acknowledged = [proc.stdout.readline().strip() for _ in range(after)]
+    os.kill(proc.pid, signal.SIGKILL)  # right after check returned, maybe inside the next
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    with AuditStore.open(db) as store:
+        decided = {r.payload["call"]["id"] for r in store.records(run_id)
+                   if r.kind == "decision"}
+        assert set(acknowledged) <= decided
         assert store.verify().ok
 
 

@@ -4,9 +4,12 @@ deadline: nothing escapes ``check``, ``mediate``, ``execute`` (other than ``Deni
 
 from __future__ import annotations
 
-import sqlite3
+import fcntl
+import os
+import resource
+import signal
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from callgate import AuditError, Denied, Reason, ToolCall, ToolResult
+from callgate import Denied, Reason, ToolCall, ToolResult
 from callgate.audit import AuditStore
+from callgate.audit._log import LOCK_TIMEOUT
 from callgate.kernel._kernel import Kernel
 from callgate.policy._loader import LoadedPolicy, load_policy
 from callgate.testing import call, reason_ids
@@ -41,37 +45,30 @@ def kinds_in(db: Path, run_id: str) -> list[str]:
 
 @contextmanager
 def locked_out(kernel: Kernel, db: Path) -> Iterator[None]:
-    """A second writer holds the file: every append of the kernel fails for real."""
+    """A second writer holds the log: every append of the kernel fails for real."""
     store = kernel._audit
-    assert store is not None
-    store._conn.execute("PRAGMA busy_timeout = 0")
-    blocker = sqlite3.connect(db, timeout=0)
-    blocker.execute("BEGIN EXCLUSIVE")
+    assert store is not None and store._segment is not None
+    store._segment.lock_timeout = 0.05
+    blocker = os.open(f"{db}.log", os.O_RDONLY)
+    fcntl.flock(blocker, fcntl.LOCK_EX)
     try:
         yield
     finally:
-        blocker.rollback()
-        blocker.close()
+        os.close(blocker)
+        store._segment.lock_timeout = LOCK_TIMEOUT
 
 
 @contextmanager
 def disk_full(kernel: Kernel, db: Path) -> Iterator[None]:
-    """SQLite's page limit reached: the file cannot grow, as on a full disk."""
-    store = kernel._audit
-    assert store is not None
-    conn = store._conn
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    pages = conn.execute("PRAGMA page_count").fetchone()[0]
-    conn.execute(f"PRAGMA max_page_count = {pages}")
-    # Fill the space left in the last pages, so that the next append needs a new one.
-    for size in (4000, 400, 1):
-        with suppress(AuditError):
-            while True:
-                store.record_system(kernel.run_id, "filler", {"x": "f" * size})
+    """The log cannot grow, as on a full disk: a file size limit at the segment's length."""
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (Path(f"{db}.log").stat().st_size, limits[1]))
     try:
         yield
     finally:
-        conn.execute("PRAGMA max_page_count = 1073741823")
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, previous)
 
 
 FAILURES: dict[str, Callable[[Kernel, Path], Any]] = {"second-writer": locked_out,

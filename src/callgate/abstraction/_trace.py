@@ -7,8 +7,6 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import click
-
 from callgate._errors import Problem, TraceError
 from callgate._jsonlimits import loads_bounded
 from callgate._model import Event
@@ -121,6 +119,8 @@ def format_signature(sig: Mapping[str, Any]) -> str:
 
 def signature_option(command: _F) -> _F:
     """The ``--signature`` flag for ``callgate check``: print the trace's Σ and exit."""
+    import click  # only a CLI that asks for the flag pays for click
+
     option = click.option(
         "--signature",
         "show_signature",

@@ -1,7 +1,7 @@
 """The pure part of the audit log: canonical JSON, the hash chain and the derived columns.
 
-Nothing here touches a database, so the SQLite store and a later PostgreSQL store share it, and
-verification can recompute every stored value from the hashed record alone.
+Nothing here touches a file or a database, so every store shares it, and verification can
+recompute every stored value from the hashed record alone.
 
 An event's *record* is the canonical JSON text of its envelope::
 
@@ -9,8 +9,9 @@ An event's *record* is the canonical JSON text of its envelope::
      "run_id": ..., "run_seq": ..., "seq": ..., "ts": ..., "v": 1}
 
 and its hash is ``sha256(record.encode("utf-8")).hexdigest()``. The first event's ``prev`` is
-:data:`GENESIS_HASH`. Every other column of an event row is a function of the record
-(:func:`event_row`), which is what lets ``verify`` check denormalised columns too.
+:data:`GENESIS_HASH`. The record is one line of the log's segment (``_log``); every column of
+an index row is a function of the record and where that line lies in the segment
+(:func:`event_row`), which is what lets ``verify`` check the index too.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from callgate._errors import AuditError
 
 #: The format version written into every record (the ``v`` field of an envelope).
 RECORD_VERSION: Final = 1
-#: The version of the SQLite layout (the ``version`` row of ``meta``); docs/audit.md defines it.
-LAYOUT_VERSION: Final = 2
+#: The version of the layout (the ``version`` row of ``meta``); docs/audit.md defines it.
+LAYOUT_VERSION: Final = 3
 #: ``prev`` of the first event of a chain.
 GENESIS_HASH: Final = "0" * 64
 
@@ -52,7 +53,8 @@ EVENT_COLUMNS: Final = (
     "call_id",
     "status",
     "taint",
-    "record",
+    "log_offset",
+    "log_length",
     "prev_hash",
     "hash",
 )
@@ -158,11 +160,14 @@ def _query_columns(kind: str, payload: Mapping[str, Any]) -> tuple[Any, ...]:
     return (None, None, None, None, None, None, "")
 
 
-def event_row(record: Mapping[str, Any], text: str, digest: str) -> tuple[Any, ...]:
-    """Every column of an event row (in :data:`EVENT_COLUMNS` order) derived from its record.
+def event_row(record: Mapping[str, Any], digest: str, offset: int, length: int
+              ) -> tuple[Any, ...]:
+    """Every column of an index row (in :data:`EVENT_COLUMNS` order): derived from its record,
+    its hash and where its line lies in the segment (``offset``, ``length`` in bytes, the
+    newline included).
 
-    The store writes exactly this tuple and ``verify`` recomputes it from the stored record, so
-    a denormalised column that disagrees with the hashed record is caught.
+    The store writes exactly this tuple and ``verify`` recomputes it from the segment, so an
+    index row that disagrees with the hashed record is caught.
     """
     kind = str(record.get("kind"))
     payload = record.get("payload")
@@ -176,7 +181,8 @@ def event_row(record: Mapping[str, Any], text: str, digest: str) -> tuple[Any, .
         kind,
         record.get("ts"),
         *_query_columns(kind, payload),
-        text,
+        offset,
+        length,
         record.get("prev"),
         digest,
     )

@@ -4,6 +4,8 @@ By default a log at ``audit.db`` has, next to it:
 
 - ``audit.db.key``: the checkpoint signing key (PEM, mode 0600, created on first use);
 - ``audit.db.key.pub``: its public key (PEM), to copy wherever logs are verified;
+- ``audit.db.log``: the segment, every event's record one line each (the log's truth; the
+  database indexes it);
 - ``audit.db.anchor``: the latest signed checkpoint, outside the database (and
   ``audit.db.anchor.lock``, which writers and verifiers ``flock``).
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -23,9 +26,14 @@ from callgate.audit._anchor import locked, read_anchor
 from callgate.audit._chain import EVENT_COLUMNS
 from callgate.audit._checkpoint import Checkpoint
 from callgate.audit._keys import display, public_path_for, read_public_key
+from callgate.audit._log import Segment, log_path_for
 from callgate.audit._verify import VerifyReport, verify_rows
 
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+#: Bytes of the segment read at a time by ``verify_file``.
+_READ_BYTES: Final = 1 << 22
+#: What a line that is not UTF-8 is handed to the verifier as (no record parses from it).
+_NOT_TEXT: Final = "<line is not UTF-8 text>"
 
 
 def default_key_path(db: str | os.PathLike[str]) -> Path:
@@ -76,7 +84,8 @@ def verify_file(
     anchor_path: str | os.PathLike[str] | None = None,
     require_anchor: bool = True,
 ) -> VerifyReport:
-    """Verify the audit log at ``path`` (read-only; works while writers append).
+    """Verify the audit log at ``path`` and its segment ``<path>.log`` (read-only; works while
+    writers append).
 
     The anchor is ``anchor`` when given, else read from ``anchor_path`` (default
     ``<path>.anchor``); a missing anchor fails the check unless ``require_anchor`` is False.
@@ -89,6 +98,7 @@ def verify_file(
     if public_key is None and public_path_for(default_key_path(where)).exists():
         public_key = read_public_key(public_path_for(default_key_path(where)))
     conn = connect(where, read_only=True)
+    segment: Segment | None = None
     try:
         with locked(anchor_file, exclusive=False):
             # The anchor and the snapshot are taken together: a writer's checkpoint commit and
@@ -96,11 +106,19 @@ def verify_file(
             if anchor is None:
                 anchor = read_anchor(anchor_file)
             _snapshot(conn, where)
-        report = _verify_snapshot(conn, public_key, anchor)
+            # After the index's snapshot: the segment holds at least what it indexes.
+            segment = _segment_of(where)
+            size = 0
+            if segment is not None:
+                with segment.locked(exclusive=False):
+                    size = segment.size()
+        report = _verify_snapshot(conn, segment, size, public_key, anchor)
     except sqlite3.Error as exc:
         raise AuditError(f"cannot read audit log {display(where)}: {exc}") from exc
     finally:
         conn.close()
+        if segment is not None:
+            segment.close()
     if report.ok and anchor is None and require_anchor:
         return VerifyReport(
             False, report.checked,
@@ -111,8 +129,43 @@ def verify_file(
     return report
 
 
+def _segment_of(where: str) -> Segment | None:
+    """The log's segment, or None when there is none (a log no writer has appended to)."""
+    try:
+        return Segment(log_path_for(where), read_only=True)
+    except AuditError:
+        if log_path_for(where).exists():
+            raise
+        return None
+
+
+def _lines(segment: Segment | None, size: int) -> Iterator[tuple[int, int, str]]:
+    """The segment's complete lines in its first ``size`` bytes, read a chunk at a time (a
+    torn tail, an append never acknowledged, is left out). A line that is not UTF-8 comes as
+    text that is no record, which the verifier refuses at that line."""
+    if segment is None:
+        return
+    at, carry = 0, b""
+    while at < size:
+        chunk = segment.read(at, min(size, at + _READ_BYTES))
+        if not chunk:
+            return
+        data, base = carry + chunk, at - len(carry)
+        at += len(chunk)
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            try:
+                text = data[start:end].decode("utf-8")
+            except UnicodeDecodeError:
+                text = _NOT_TEXT
+            yield base + start, base + end + 1, text
+            start = end + 1
+        carry = data[start:]
+
+
 def _verify_snapshot(
-    conn: sqlite3.Connection, public_key: bytes | None, anchor: Checkpoint | None
+    conn: sqlite3.Connection, segment: Segment | None, size: int, public_key: bytes | None,
+    anchor: Checkpoint | None
 ) -> VerifyReport:
     problem = schema.schema_problem(conn)
     if problem is not None:
@@ -120,8 +173,10 @@ def _verify_snapshot(
     order = ", ".join(EVENT_COLUMNS)
     return verify_rows(
         meta=conn.execute("SELECT key, value FROM meta"),
+        lines=_lines(segment, size),
         events=conn.execute(f"SELECT {order} FROM events ORDER BY seq"),
         runs=conn.execute(f"SELECT {', '.join(schema.RUN_ORDER)} FROM runs"),
+        position=conn.execute("SELECT id, seq, offset, hash FROM log_position"),
         checkpoints=conn.execute(
             f"SELECT {', '.join(schema.CHECKPOINT_ORDER)} FROM checkpoints ORDER BY id"
         ),

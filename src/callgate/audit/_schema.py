@@ -3,10 +3,13 @@
 Tables (column orders are those of :mod:`callgate.audit._chain` and :mod:`.verify`):
 
 - ``meta``: the format marker (``format = callgate-audit``, ``version``);
-- ``events``: the chain: one row per event, ``seq`` is the primary key and the global order,
-  ``record`` the hashed canonical JSON, every other column derived from it;
+- ``events``: the index of the chain: one row per event, ``seq`` is the primary key and the
+  global order, every column derived from the event's record, the line of the segment
+  (``<db>.log``) that ``log_offset`` and ``log_length`` locate;
 - ``runs``: an index of runs derived from the chain (start, end, counts, config hash);
-- ``checkpoints``: Ed25519-signed statements of (head sequence, head hash, runs, runs digest).
+- ``checkpoints``: Ed25519-signed statements of (head sequence, head hash, runs, runs digest);
+- ``log_position``: one row: how far into the segment the index reaches (events, bytes, the
+  hash of the last indexed event).
 
 The layout version (``meta`` row ``version``) is :data:`~callgate.audit._chain.LAYOUT_VERSION`;
 docs/audit.md is its specification.
@@ -24,7 +27,7 @@ import sqlite3
 from typing import Any, Final
 
 from callgate._errors import AuditError
-from callgate.audit._chain import META_ROWS, RUN_COLUMNS
+from callgate.audit._chain import GENESIS_HASH, META_ROWS, RUN_COLUMNS
 from callgate.audit._verify import CHECKPOINT_COLUMNS
 
 RUN_ORDER: Final = RUN_COLUMNS
@@ -48,7 +51,8 @@ DDL: Final[tuple[str, ...]] = (
     " seq INTEGER PRIMARY KEY, id TEXT NOT NULL, run_id TEXT NOT NULL,"
     " run_seq INTEGER NOT NULL, kind TEXT NOT NULL, timestamp TEXT NOT NULL,"
     " tool TEXT, tool_class TEXT, action TEXT, verdict TEXT, call_id TEXT, status TEXT,"
-    " taint TEXT NOT NULL, record TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL)",
+    " taint TEXT NOT NULL, log_offset INTEGER NOT NULL, log_length INTEGER NOT NULL,"
+    " prev_hash TEXT NOT NULL, hash TEXT NOT NULL)",
     "CREATE INDEX events_by_run ON events (run_id, run_seq)",
     "CREATE TABLE runs ("
     " run_id TEXT PRIMARY KEY, principal TEXT NOT NULL, policy_name TEXT NOT NULL,"
@@ -58,6 +62,9 @@ DDL: Final[tuple[str, ...]] = (
     " id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, head_hash TEXT NOT NULL,"
     " runs INTEGER NOT NULL, runs_digest TEXT NOT NULL,"
     " created_at TEXT NOT NULL, key_id TEXT NOT NULL, signature TEXT NOT NULL)",
+    "CREATE TABLE log_position ("
+    " id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL, offset INTEGER NOT NULL,"
+    " hash TEXT NOT NULL)",
     *_append_only("events"),
     *_append_only("checkpoints"),
 )
@@ -65,9 +72,11 @@ DDL: Final[tuple[str, ...]] = (
 _MASTER: Final = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
 
 
-def meta_inserts() -> list[tuple[str, tuple[str, str]]]:
-    """The statements that write the format marker."""
-    return [("INSERT INTO meta (key, value) VALUES (?, ?)", row) for row in META_ROWS]
+def meta_inserts() -> list[tuple[str, tuple[Any, ...]]]:
+    """The statements that write the format marker and the empty index's position."""
+    return [*(("INSERT INTO meta (key, value) VALUES (?, ?)", row) for row in META_ROWS),
+            ("INSERT INTO log_position (id, seq, offset, hash) VALUES (1, ?, ?, ?)",
+             (0, 0, GENESIS_HASH))]
 
 
 def is_empty(conn: sqlite3.Connection) -> bool:

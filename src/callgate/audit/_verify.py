@@ -1,16 +1,18 @@
-"""Verification of an audit log from its rows alone: every column of every table is recomputed.
+"""Verification of an audit log from its segment and its index: every value is recomputed.
 
 The checks run in a fixed order and stop at the first problem, so the report names the first bad
-row: ``meta``, then ``events`` in sequence order, then the ``runs`` index in the order its runs
-started, then the checkpoints (and an external anchor). Verification is storage-agnostic: it
-takes rows as tuples in the column order of :mod:`callgate.audit._chain`, so any store that keeps
-those tables can share it.
+row: ``meta``; then the chain, line by line of the segment (``log``, by sequence), each line
+against its ``events`` index row while the index lasts; then the ``runs`` index (as of the last
+indexed event), the ``log_position`` row, the checkpoints and an external anchor. The index
+may end before the segment (the batch not yet indexed); it may never say more than the segment
+holds. Verification is storage-agnostic: it takes the segment's lines and the tables' rows as
+tuples in the column order of :mod:`callgate.audit._chain`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +43,27 @@ CHECKPOINT_COLUMNS = (
     "key_id",
     "signature",
 )
-_HASH = EVENT_COLUMNS.index("hash")
-_RECORD = EVENT_COLUMNS.index("record")
+
+
+def parse_line(text: str) -> dict[str, Any]:
+    """The record a line of the segment holds: canonical JSON of an envelope of a known version
+    and kind, with a payload and a run id. Raises ValueError naming what is wrong."""
+    try:
+        record = json.loads(text)
+        canonical = canonical_json(record)
+    except (ValueError, RecursionError, AuditError):
+        # json.loads accepts NaN and Infinity, which canonical JSON refuses.
+        raise ValueError("record is not JSON") from None
+    if not isinstance(record, dict) or canonical != text:
+        raise ValueError("record is not canonical JSON of an event")
+    kind = record.get("kind")
+    if record.get("v") != RECORD_VERSION or not isinstance(kind, str) or kind not in RECORD_KINDS:
+        raise ValueError("record has an unknown version or kind")
+    if not isinstance(record.get("payload"), dict) or not isinstance(record.get("run_id"), str):
+        raise ValueError("record lacks a payload or run id")
+    if type(record.get("seq")) is not int or type(record.get("run_seq")) is not int:
+        raise ValueError("record has no integer sequences")
+    return record
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +124,11 @@ class _Verifier:
         self.wanted: dict[int, tuple[str, int, str] | None] = {cp.seq: None for cp in checkpoints}
         self.wanted[0] = (GENESIS_HASH, 0, runs_digest([]))
         self.where: tuple[str, Any] = ("meta", None)
+        # how far the index reaches: events, the byte after the last one's line, the runs then
+        self.indexed = 0
+        self.indexed_end = 0
+        self.indexed_hash = GENESIS_HASH
+        self.indexed_runs: dict[str, tuple[Any, ...]] | None = None
 
     def meta(self, rows: Iterable[Sequence[Any]]) -> None:
         found = sorted((tuple(row) for row in rows), key=repr)
@@ -117,46 +143,76 @@ class _Verifier:
             if row not in expected:
                 raise _TamperedError("meta", str(row[0]), f"unexpected meta row {row!r}")
 
-    def events(self, rows: Iterable[Sequence[Any]]) -> None:
-        for row in rows:
+    def chain(self, lines: Iterable[tuple[int, int, str]],
+              rows: Iterable[Sequence[Any]]) -> None:
+        """The segment's lines in order, each against its index row while the index lasts;
+        the runs as of the last indexed event are kept for ``runs_index``."""
+        index = iter(rows)
+        pending: tuple[Any, ...] | None = _next_row(index)
+        if pending is None:
+            self.indexed_runs = {}
+        for start, end, text in lines:
             self.checked += 1
-            self._event(tuple(row))
-
-    def _event(self, row: tuple[Any, ...]) -> None:
-        expected_seq = self.head_seq + 1
-        seq = row[0]
-        self.where = ("events", seq)
-        if not _same(seq, expected_seq):
-            if isinstance(seq, int) and seq > expected_seq:
-                why = f"event {expected_seq} is missing (deleted or renumbered)"
-            else:
-                why = f"expected sequence {expected_seq}: a row was inserted or reordered"
-            raise _TamperedError("events", seq, why)
-        text = row[_RECORD]
-        if not isinstance(text, str) or not _same(row[_HASH], sha256_hex(text)):
+            record, digest = self._line(start, text)
+            indexed = pending is not None
+            if pending is not None:
+                self._indexed(pending, record, digest, start, end - start)
+                pending = _next_row(index)
+                self.indexed, self.indexed_end, self.indexed_hash = record["seq"], end, digest
+            self._run(int(record["seq"]), record)
+            self.head_seq, self.head_hash = int(record["seq"]), digest
+            if indexed and pending is None:  # the last indexed event: the runs index's moment
+                self.indexed_runs = self._run_rows()
+            if self.head_seq in self.wanted:
+                self.wanted[self.head_seq] = (self.head_hash, len(self.runs),
+                                              self._runs_digest())
+        if pending is not None:
+            seq = pending[0]
+            self.where = ("events", seq)
             raise _TamperedError(
-                "events", seq, "hash column does not match the SHA-256 of the record"
-            )
-        record = self._parse(seq, text)
-        wanted = event_row(record, text, row[_HASH])
+                "events", seq,
+                f"the index has event {seq!r} but the segment ends at {self.head_seq}: the"
+                " segment was truncated or its lines deleted")
+
+    def _line(self, start: int, text: str) -> tuple[dict[str, Any], str]:
+        expected = self.head_seq + 1
+        self.where = ("log", expected)
+        try:
+            record = parse_line(text)
+        except ValueError as exc:
+            raise _TamperedError("log", expected, f"line at byte {start}: {exc}") from None
+        seq = record["seq"]
+        if seq != expected:
+            why = (f"event {expected} is missing (deleted or renumbered)" if seq > expected
+                   else f"expected sequence {expected}: a line was inserted or reordered")
+            raise _TamperedError("log", expected, why)
+        if record.get("prev") != self.head_hash:
+            raise _TamperedError(
+                "log", expected,
+                f"previous hash does not chain to event {self.head_seq}: a line before this"
+                " one was edited, inserted, deleted or reordered")
+        return record, sha256_hex(text)
+
+    def _indexed(self, row: tuple[Any, ...], record: dict[str, Any], digest: str, offset: int,
+                 length: int) -> None:
+        seq = record["seq"]
+        self.where = ("events", row[0])
+        if not _same(row[0], seq):
+            if isinstance(row[0], int) and row[0] > seq:
+                why = f"event {seq} is missing from the index (deleted or renumbered)"
+            else:
+                why = f"expected sequence {seq}: a row was inserted or reordered"
+            raise _TamperedError("events", row[0], why)
+        wanted = event_row(record, digest, offset, length)
         for name, stored, want in zip(EVENT_COLUMNS, row, wanted, strict=True):
             if not _same(stored, want):
                 raise _TamperedError(
-                    "events",
-                    seq,
-                    f"column {name} = {stored!r} disagrees with the hashed record ({want!r})",
-                )
-        if record.get("prev") != self.head_hash:
-            raise _TamperedError(
-                "events",
-                seq,
-                f"previous hash does not chain to event {self.head_seq}: a row before this one"
-                " was edited, inserted, deleted or reordered",
-            )
-        self._run(seq, record)
-        self.head_seq, self.head_hash = seq, row[_HASH]
-        if seq in self.wanted:
-            self.wanted[seq] = (self.head_hash, len(self.runs), self._runs_digest())
+                    "events", seq,
+                    f"column {name} = {stored!r} disagrees with the segment ({want!r})")
+
+    def _run_rows(self) -> dict[str, tuple[Any, ...]]:
+        return {run_id: run_row(state.start, state.count, state.end)
+                for run_id, state in self.runs.items()}
 
     def _runs_digest(self) -> str:
         return runs_digest(
@@ -165,44 +221,34 @@ class _Verifier:
             for run_id, state in self.runs.items()
         )
 
-    def _parse(self, seq: int, text: str) -> dict[str, Any]:
-        try:
-            record = json.loads(text)
-            canonical = canonical_json(record)
-        except (ValueError, RecursionError, AuditError):
-            # json.loads accepts NaN and Infinity, which canonical JSON refuses.
-            raise _TamperedError("events", seq, "record is not JSON") from None
-        if not isinstance(record, dict) or canonical != text:
-            raise _TamperedError("events", seq, "record is not canonical JSON of an event")
-        kind = record.get("kind")
-        if (
-            record.get("v") != RECORD_VERSION
-            or not isinstance(kind, str)
-            or kind not in RECORD_KINDS
-        ):
-            raise _TamperedError("events", seq, "record has an unknown version or kind")
-        if not isinstance(record.get("payload"), dict) or not isinstance(record.get("run_id"), str):
-            raise _TamperedError("events", seq, "record lacks a payload or run id")
-        return record
+    def position(self, rows: Iterable[Sequence[Any]]) -> None:
+        """The index's position: the last indexed event, the byte after its line, its hash."""
+        found = [tuple(row) for row in rows]
+        self.checked += len(found)
+        self.where = ("log_position", 1)
+        wanted = (1, self.indexed, self.indexed_end, self.indexed_hash)
+        if len(found) != 1 or not all(_same(a, b) for a, b in zip(found[0], wanted, strict=True)):
+            raise _TamperedError("log_position", 1,
+                                 f"position {found!r} is not where the index ends ({wanted!r})")
 
     def _run(self, seq: int, record: dict[str, Any]) -> None:
         run_id, kind = record["run_id"], record["kind"]
         state = self.runs.get(run_id)
         if kind == "run-start":
             if state is not None:
-                raise _TamperedError("events", seq, f"run {run_id!r} started twice")
+                raise _TamperedError("log", seq, f"run {run_id!r} started twice")
             if record.get("run_seq") != 1:
-                raise _TamperedError("events", seq, "a run-start must be the run's first event")
+                raise _TamperedError("log", seq, "a run-start must be the run's first event")
             self.runs[run_id] = _RunState(record)
             return
         if state is None:
             raise _TamperedError(
-                "events", seq, f"event for run {run_id!r}, which was never started"
+                "log", seq, f"event for run {run_id!r}, which was never started"
             )
         if state.end is not None:
-            raise _TamperedError("events", seq, f"event for run {run_id!r} after its run-end")
+            raise _TamperedError("log", seq, f"event for run {run_id!r} after its run-end")
         if record.get("run_seq") != state.count + 1:
-            raise _TamperedError("events", seq, f"run sequence is not {state.count + 1}")
+            raise _TamperedError("log", seq, f"run sequence is not {state.count + 1}")
         state.count += 1
         if kind == "run-end":
             state.end = record
@@ -212,14 +258,13 @@ class _Verifier:
         for stored_row in rows:
             self.checked += 1
             stored[stored_row[0]] = tuple(stored_row)
-        for run_id, state in self.runs.items():
+        for run_id, wanted in (self.indexed_runs or {}).items():
             self.where = ("runs", run_id)
             row = stored.pop(run_id, None)
             if row is None:
                 raise _TamperedError(
                     "runs", run_id, "run of the chain is missing from the runs index"
                 )
-            wanted = run_row(state.start, state.count, state.end)
             for name, have, want in zip(RUN_COLUMNS, row, wanted, strict=True):
                 if not _same(have, want):
                     raise _TamperedError(
@@ -295,6 +340,11 @@ class _Verifier:
             )
 
 
+def _next_row(rows: Iterator[Sequence[Any]]) -> tuple[Any, ...] | None:
+    row = next(rows, None)
+    return None if row is None else tuple(row)
+
+
 def _checkpoint_rows(rows: Iterable[Sequence[Any]]) -> list[tuple[int, Checkpoint]]:
     out: list[tuple[int, Checkpoint]] = []
     for row in rows:
@@ -315,13 +365,16 @@ def _checkpoint_rows(rows: Iterable[Sequence[Any]]) -> list[tuple[int, Checkpoin
 def verify_rows(
     *,
     meta: Iterable[Sequence[Any]],
+    lines: Iterable[tuple[int, int, str]],
     events: Iterable[Sequence[Any]],
     runs: Iterable[Sequence[Any]],
+    position: Iterable[Sequence[Any]],
     checkpoints: Iterable[Sequence[Any]],
     public_key: bytes | None = None,
     anchor: Checkpoint | None = None,
 ) -> VerifyReport:
-    """Verify an audit log given its tables' rows; ``events`` must come in ``seq`` order.
+    """Verify an audit log given its segment's complete lines ``(start, end, text)`` in order
+    and its tables' rows; ``events`` must come in ``seq`` order.
 
     With ``public_key``, every stored checkpoint must be signed by it and at least one (or the
     anchor) must exist. ``anchor`` is a checkpoint kept outside the log; it must match the
@@ -334,8 +387,9 @@ def verify_rows(
         wanted = [cp for _, cp in cps] + ([anchor] if anchor is not None else [])
         verifier = _Verifier(wanted)
         verifier.meta(meta)
-        verifier.events(events)
+        verifier.chain(lines, events)
         verifier.runs_index(runs)
+        verifier.position(position)
         verifier.checked += len(cps)
         verifier.checkpoints(cps, public_key, anchor is not None)
         if anchor is not None:
