@@ -8,9 +8,10 @@ from it.
 Writers take turns with ``flock``, waiting at most ``LOCK_TIMEOUT`` for each other: an append
 holds the file's exclusive lock while it takes in what other writers appended (their lines past
 the point it last saw), writes its own line with one ``write()`` (the file is opened
-``O_APPEND``) and, for ``durability="fsync"``, waits for ``fdatasync``. A line in the file survives the writer's process being killed the moment the
-append returns: it is in the operating system's cache, which the file system writes out
-whatever becomes of the process. Readers hold the shared lock while they read the tail.
+``O_APPEND``) and, for ``durability="fsync"``, waits for ``fdatasync``. A line in the file
+survives the writer's process being killed the moment the append returns: it is in the
+operating system's cache, which the file system writes out whatever becomes of the process.
+Readers hold the shared lock while they read the tail.
 
 A writer killed inside ``write()`` (a record of several pages, interrupted between them) leaves
 a last line without its newline: a *torn tail*, which no append ever acknowledged. The next
