@@ -18,6 +18,8 @@ import click
 
 #: command name -> (module, attribute, one-line help as the command itself states it)
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "approvals": ("callgate.cli._serve", "approvals_group",
+                  "List and answer the sidecar's pending approvals (with an approver key)."),
     "audit": ("callgate.cli._audit", "audit_group",
               "Verify audit logs and manage their signed checkpoints."),
     "check": ("callgate.cli._check", "check_command",
@@ -37,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "Answer an agent's hook events (run by the agent, not by hand)."),
     "init": ("callgate.cli._claude_code", "init_group",
              "Install callgate into an agent's settings."),
+    "keys": ("callgate.cli._serve", "keys_group",
+             "Create and revoke the sidecar's API keys."),
     "lint-tools": ("callgate.cli._manifest", "lint_tools_command",
                    "Fail (exit 1) if a tool in MODULE (.py file or module name) uses an "
                    "undeclared capability."),
@@ -50,10 +54,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("callgate.cli._run", "run_command",
             "Execute tool calls read as JSON lines on stdin through the kernel and its "
             "executors."),
+    "serve": ("callgate.cli._serve", "serve_command",
+              "Serve the kernel over HTTP: the sidecar every tool call of an agent goes through."),
 }
 
 #: the extras a command needs; without them it is not offered
-_NEEDS: dict[str, tuple[str, ...]] = {"run": ("httpx", "sqlglot"), "mcp": ("mcp",)}
+_NEEDS: dict[str, tuple[str, ...]] = {"run": ("httpx", "sqlglot"), "mcp": ("mcp",),
+                                      "serve": ("starlette", "uvicorn", "httpx", "sqlglot"),
+                                      "approvals": ("httpx",)}
 
 
 def _available(name: str) -> bool:

@@ -1,0 +1,164 @@
+"""Runs of the sidecar: live kernels in memory, their state in SQLite beside the audit log.
+
+Each run belongs to the key that started it and has one kernel, with an ``asyncio.Lock`` that
+serialises the run's requests (different runs proceed concurrently). What a run accumulated
+(``Kernel.suspend()``) is written to the state database when the run starts, every
+``flush_interval`` seconds while it changes, when it ends and when the sidecar stops; a
+restarted sidecar resumes each open run from its row the first time it is asked for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from callgate.kernel import Kernel
+
+__all__ = ["LiveRun", "Runs", "StateDB"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, key_name TEXT NOT NULL, principal TEXT NOT NULL,
+    snapshot BLOB, ended INTEGER NOT NULL DEFAULT 0, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS defaults (key_name TEXT PRIMARY KEY, run_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS approvals (
+    id TEXT PRIMARY KEY, key_name TEXT NOT NULL, principal TEXT NOT NULL,
+    run_id TEXT NOT NULL, call_id TEXT NOT NULL, call_sha256 TEXT NOT NULL,
+    policy_sha256 TEXT NOT NULL, call TEXT NOT NULL, reasons TEXT NOT NULL,
+    created REAL NOT NULL, expires REAL NOT NULL, state TEXT NOT NULL,
+    decided_by TEXT, decided_at REAL);
+"""
+
+
+class StateDB:
+    """The sidecar's state database (runs, default runs, approvals); thread-safe."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def cursor(self) -> Iterator[sqlite3.Cursor]:
+        """A cursor inside one transaction, under the database's lock."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        """Close the database."""
+        with self._lock:
+            self._db.close()
+
+
+@dataclass(eq=False)
+class LiveRun:
+    """One run in memory: its kernel, owner and the lock that serialises its requests."""
+
+    run_id: str
+    key_name: str
+    principal: str
+    kernel: Kernel
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    dirty: bool = False
+    ended: bool = False
+    #: call ids of allowed gateway calls whose results are still to come, oldest first
+    awaiting: deque[str] = field(default_factory=lambda: deque(maxlen=1024))
+
+
+KernelFactory = Callable[[str, str, "bytes | None"], Kernel]
+
+
+class Runs:
+    """The runs of one sidecar. ``make_kernel(run_id, key_name, snapshot)`` builds a kernel
+    (a new run when ``snapshot`` is None). Called from the event loop only."""
+
+    def __init__(self, db: StateDB, make_kernel: KernelFactory) -> None:
+        self._db = db
+        self._make = make_kernel
+        self._live: dict[str, LiveRun] = {}
+
+    def start(self, key_name: str, principal: str, *, default: bool = False) -> LiveRun:
+        """A new run owned by ``key_name``, persisted at once."""
+        run_id = "run_" + uuid.uuid4().hex
+        live = LiveRun(run_id, key_name, principal, self._make(run_id, key_name, None))
+        self._live[run_id] = live
+        self.save(live)
+        if default:
+            with self._db.cursor() as cur:
+                cur.execute("INSERT OR REPLACE INTO defaults VALUES (?, ?)", (key_name, run_id))
+        return live
+
+    def get(self, run_id: str, key_name: str) -> LiveRun | None:
+        """The open run ``run_id`` if ``key_name`` owns it (resumed from its row after a
+        restart), else None: another key's run is as unknown as a missing one."""
+        live = self._live.get(run_id)
+        if live is None:
+            with self._db.cursor() as cur:
+                row = cur.execute("SELECT key_name, principal, snapshot FROM runs WHERE "
+                                  "run_id = ? AND ended = 0", (run_id,)).fetchone()
+            if row is None or row[2] is None:
+                return None
+            live = LiveRun(run_id, row[0], row[1], self._make(run_id, row[0], row[2]))
+            self._live[run_id] = live
+        return live if live.key_name == key_name and not live.ended else None
+
+    def default_for(self, key_name: str, principal: str) -> LiveRun:
+        """The key's current default run, started when it has none or it ended."""
+        with self._db.cursor() as cur:
+            row = cur.execute("SELECT run_id FROM defaults WHERE key_name = ?",
+                              (key_name,)).fetchone()
+        live = self.get(row[0], key_name) if row is not None else None
+        return live if live is not None else self.start(key_name, principal, default=True)
+
+    def end(self, live: LiveRun) -> None:
+        """Mark a run ended (its kernel has judged its obligations) and forget its state."""
+        live.ended = True
+        self.save(live)
+        self._live.pop(live.run_id, None)
+
+    def save(self, live: LiveRun) -> None:
+        """Write the run's state now."""
+        snapshot = None if live.ended else live.kernel.suspend()
+        with self._db.cursor() as cur:
+            cur.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?)",
+                        (live.run_id, live.key_name, live.principal, snapshot,
+                         int(live.ended), time.time()))
+        live.dirty = False
+
+    def flush(self) -> int:
+        """Write every run that changed since it was last written; returns how many."""
+        changed = [live for live in self._live.values() if live.dirty and not live.lock.locked()]
+        for live in changed:
+            self.save(live)
+        return len(changed)
+
+    def save_all(self) -> None:
+        """Write every live run (at shutdown)."""
+        for live in list(self._live.values()):
+            if not live.ended:
+                self.save(live)
+
+    def open_count(self) -> int:
+        """Runs not ended, in memory or waiting in the database."""
+        with self._db.cursor() as cur:
+            row = cur.execute("SELECT COUNT(*) FROM runs WHERE ended = 0").fetchone()
+        return int(row[0])
