@@ -8,8 +8,10 @@ closed.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -71,6 +73,15 @@ def serve(loaded: LoadedPolicy, *, policy_path: str, keys: str, listen: str | No
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             sidecar.stopping.set()  # long polls answer now, so in-flight requests finish
             super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                yield
+                # stopped gracefully: exit 0 rather than die of the signal uvicorn re-raises
+                captured = getattr(self, "_captured_signals", None)
+                if isinstance(captured, list):
+                    captured.clear()
 
     server = _Server(uvicorn.Config(app, **options))
     server.run()
