@@ -78,20 +78,25 @@ class Tools:
         self.shell: list[str] = []
 
     def fetch_page(self, url: str) -> str:
+        """Fetch a web page."""
         return INJECTED_PAGE
 
     def read_notes(self) -> str:
+        """Read the user's notes."""
         return NOTES
 
     def send_email(self, to: str, body: str) -> str:
+        """Send an e-mail."""
         self.sent.append({"to": to, "body": body})
         return f"sent to {to}"
 
     def delete_file(self, path: str) -> str:
+        """Delete a file."""
         self.deleted.append(path)
         return f"deleted {path}"
 
     def run_shell(self, command: str) -> str:
+        """Run a shell command."""
         self.shell.append(command)
         return "ran"
 
