@@ -24,8 +24,8 @@ from callgate.temporal import Violation
 
 log = logging.getLogger("callgate.adapters")
 
-__all__ = ["ADAPTER_ERROR", "DEFAULT_CLASS", "Gate", "Mediation", "ToolClass", "observation",
-           "quarantined", "refusal", "withheld"]
+__all__ = ["ADAPTER_ERROR", "DEFAULT_CLASS", "Gate", "Mediation", "ToolClass", "adapter_denial",
+           "observation", "quarantined", "refusal", "withheld"]
 
 #: The class and action of a framework tool the adapter is not told about.
 DEFAULT_CLASS = ("function", "call")
@@ -68,7 +68,8 @@ def observation(value: Any) -> str:
     return json.dumps(to_jsonable_python(value, fallback=str), ensure_ascii=False)
 
 
-def _adapter_denial(why: str) -> Decision:
+def adapter_denial(why: str) -> Decision:
+    """A deny the adapter makes because the gate could not answer (or was not asked)."""
     return Decision(verdict="deny", reasons=(Reason(id=ADAPTER_ERROR, check="adapter",
                                                     message=why),))
 
@@ -93,16 +94,20 @@ class Mediation:
 
     def decide(self, tool: str, arguments: Any) -> Decision:
         """The gate's decision on a call; a deny when anything goes wrong on the way."""
+        if not isinstance(arguments, Mapping):
+            return adapter_denial(f"the arguments of {tool} are not a mapping "
+                                   f"({type(arguments).__name__})")
+        return self.decide_call(tool, self.call(tool, arguments))
+
+    def decide_call(self, tool: str, call: Mapping[str, Any]) -> Decision:
+        """The gate's decision on a call already in the kernel's form (fail closed)."""
         try:
-            if not isinstance(arguments, Mapping):
-                return _adapter_denial(f"the arguments of {tool} are not a mapping "
-                                       f"({type(arguments).__name__})")
-            decision = self.gate.check(self.call(tool, arguments))
+            decision = self.gate.check(call)
         except Exception as exc:
             log.exception("the gate could not decide a call to %s", tool)
-            return _adapter_denial(f"the gate could not decide: {type(exc).__name__}: {exc}")
+            return adapter_denial(f"the gate could not decide: {type(exc).__name__}: {exc}")
         if not isinstance(decision, Decision):
-            return _adapter_denial(f"the gate answered {type(decision).__name__}, "
+            return adapter_denial(f"the gate answered {type(decision).__name__}, "
                                    f"not a decision")
         return decision
 
