@@ -16,7 +16,8 @@ from tests.integrations.sidecar.conftest import Server, call, callgate
 WRITE = call("save", "file", "write", path="data/out.txt", text="hi")
 
 
-def _approve_when_pending(server: Server, approve: bool, *, via_cli: bool = False) -> threading.Thread:
+def _approve_when_pending(server: Server, approve: bool, *,
+                          via_cli: bool = False) -> threading.Thread:
     def run() -> None:
         with server.http(server.approver) as http:
             for _ in range(200):

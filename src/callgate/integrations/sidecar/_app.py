@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -292,7 +293,14 @@ def build_app(sidecar: Sidecar, *, policy_path: str) -> Starlette:
                 h.hooks.close()
             sidecar.close()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 500)
+        field = {404: "path", 405: "method"}.get(status, "body")
+        sidecar.metrics.refused(str(status))
+        return _error(Problem(status, field, str(getattr(exc, "detail", "")) or "refused"))
+
+    return Starlette(routes=routes, lifespan=lifespan,
+                     exception_handlers={HTTPException: http_error})
 
 
 def _query_wait(request: Request) -> float:

@@ -87,7 +87,8 @@ async def read_json(request: Request, allowed: frozenset[str] | None = None) -> 
     if allowed is not None:
         for key in value:
             if key not in allowed:
-                raise Problem(422, key, f"unknown field; expected {', '.join(sorted(allowed))}")
+                expected = ", ".join(sorted(allowed)) or "no fields"
+                raise Problem(422, key or "(empty name)", f"unknown field; expected {expected}")
     return value
 
 
@@ -126,7 +127,7 @@ def valid_call(value: Any, field: str = "call") -> dict[str, Any]:
                                                  "principal and the run); a request cannot "
                                                  "name it")
         if key not in CALL_FIELDS:
-            raise Problem(422, f"{field}.{key}", "unknown field of a call")
+            raise Problem(422, f"{field}.{key or '(empty name)'}", "unknown field of a call")
     for name, high in (("tool", 256), ("tool_class", 64), ("action", 64)):
         if name not in value:
             raise Problem(422, f"{field}.{name}", "is required")
