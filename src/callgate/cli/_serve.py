@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -46,12 +47,16 @@ def serve_command(policy: str, keys: str, audit: str | None, listen: str | None,
     if listen is not None and unix is not None:
         fail("give at most one of --listen and --unix")
     loaded = load_cli_policy(policy, None)
+    from callgate.executors._wiring import build_executors
     from callgate.integrations.sidecar._server import serve
 
+    wd = os.path.realpath(working_dir or loaded.policy.working_dir or os.getcwd())
     try:
+        executors = build_executors(loaded.policy, working_dir=wd)
         sys.exit(serve(loaded, policy_path=policy, keys=keys, listen=listen, unix=unix,
-                       audit=audit, state_dir=state_dir, working_dir=working_dir,
-                       approval_ttl_s=approval_ttl, allow_remote=allow_remote))
+                       audit=audit, state_dir=state_dir, working_dir=wd,
+                       approval_ttl_s=approval_ttl, allow_remote=allow_remote,
+                       executors=executors))
     except CallgateError as exc:
         fail(f"error: {exc}")
 

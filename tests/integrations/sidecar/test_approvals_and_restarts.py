@@ -163,7 +163,7 @@ def test_a_killed_sidecar_keeps_what_it_had_flushed(fresh: Server) -> None:
     with Client(fresh.url, fresh.key) as client:
         run_id = client.run_id
         client.check(call("open_ticket", "mcp", "call", id="T-1"))
-    time.sleep(1.2)  # past the flush interval
+    time.sleep(2.6)  # past the flush interval
     fresh.stop(signal.SIGKILL)
     fresh.start()
     try:

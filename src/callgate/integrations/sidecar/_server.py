@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 from callgate._errors import CallgateError
 from callgate.integrations.sidecar._app import build_app
 from callgate.integrations.sidecar._keys import KeyRing
-from callgate.integrations.sidecar._service import Sidecar
+from callgate.integrations.sidecar._service import ExecutorFn, Sidecar
 from callgate.policy import LoadedPolicy
 
 __all__ = ["DEFAULT_LISTEN", "parse_listen", "serve"]
@@ -48,15 +48,18 @@ def _loopback(host: str) -> bool:
 def serve(loaded: LoadedPolicy, *, policy_path: str, keys: str, listen: str | None = None,
           unix: str | None = None, audit: str | None = None, state_dir: str | None = None,
           working_dir: str | None = None, approval_ttl_s: float = 300.0,
-          allow_remote: bool = False, graceful_s: float = 10.0) -> int:
-    """Serve until stopped; returns the exit status."""
+          allow_remote: bool = False, graceful_s: float = 10.0,
+          executors: Mapping[str, ExecutorFn] | None = None) -> int:
+    """Serve until stopped; returns the exit status. ``executors`` run ``/v1/execute`` calls
+    (``callgate serve`` builds them from the policy's grants)."""
     import uvicorn
 
     policy_bytes = Path(policy_path).read_bytes()
     state = Path(state_dir) if state_dir else (Path(audit + ".sidecar") if audit
                                                  else Path(".callgate-sidecar"))
     sidecar = Sidecar(loaded, policy_bytes=policy_bytes, keys=KeyRing(keys), state_dir=state,
-                      audit=audit, working_dir=working_dir, approval_ttl_s=approval_ttl_s)
+                      audit=audit, working_dir=working_dir, approval_ttl_s=approval_ttl_s,
+                      executors=executors)
     app = build_app(sidecar, policy_path=os.path.abspath(policy_path))
     options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "on",
                                "timeout_graceful_shutdown": graceful_s}

@@ -14,16 +14,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from callgate._model import Decision, Reason, ToolCall
+from callgate._model import Decision, Reason, ToolCall, ToolResult
 from callgate.audit import AuditStore
-from callgate.cli._common import decision_json
-from callgate.executors._wiring import ExecutorFn, build_executors
 from callgate.integrations.sidecar._approvals import Approval, ApprovalBook, Refusal
 from callgate.integrations.sidecar._keys import Identity, KeyRing
 from callgate.integrations.sidecar._metrics import Metrics
@@ -45,6 +43,18 @@ __all__ = ["SIDECAR_RUN", "NotFound", "Sidecar"]
 SIDECAR_RUN = "callgate-sidecar"
 
 
+ExecutorFn = Callable[[ToolCall], ToolResult]
+
+
+def decision_json(decision: Decision) -> dict[str, Any]:
+    """A decision as ``callgate decide`` prints it: verdict, reasons, witness when present."""
+    out: dict[str, Any] = {"verdict": decision.verdict,
+                           "reasons": [r.model_dump() for r in decision.reasons]}
+    if decision.witness is not None:
+        out["witness"] = decision.witness.model_dump()
+    return out
+
+
 class NotFound(Exception):  # noqa: N818 - an HTTP 404 value
     """A run or approval this key cannot see (missing, ended, or another key's)."""
 
@@ -56,7 +66,8 @@ class Sidecar:
     def __init__(self, loaded: LoadedPolicy, *, policy_bytes: bytes, keys: KeyRing,
                  state_dir: str | os.PathLike[str], audit: str | os.PathLike[str] | None = None,
                  working_dir: str | os.PathLike[str] | None = None,
-                 approval_ttl_s: float = 300.0, flush_interval_s: float = 0.5) -> None:
+                 approval_ttl_s: float = 300.0, flush_interval_s: float = 2.0,
+                 executors: Mapping[str, ExecutorFn] | None = None) -> None:
         self.loaded = loaded
         self.policy_sha256 = hashlib.sha256(policy_bytes).hexdigest()
         policy = loaded.policy
@@ -73,8 +84,8 @@ class Sidecar:
         self.approvals = ApprovalBook(self.db, self.record)
         self.runs = Runs(self.db, self._make_kernel)
         self.metrics = Metrics(self.runs.open_count, lambda: len(self.approvals.list("pending")))
-        self.executors: dict[str, ExecutorFn] = build_executors(policy,
-                                                                working_dir=self.working_dir)
+        #: the executors ``execute`` runs calls with (built from the policy by the caller)
+        self.executors: dict[str, ExecutorFn] = dict(executors or {})
         #: set when the server is asked to stop: long polls return what they have
         self.stopping = threading.Event()
         if SIDECAR_RUN not in self.audit.run_ids():
