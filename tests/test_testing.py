@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -78,11 +77,10 @@ def test_the_private_audit_log_is_readable_verifiable_and_removed_on_close(
     assert [r.kind for r in run.records()] == ["run-start", "decision"]
     assert run.verify().ok
     # the chain is really checked: a rewritten decision is found
-    with sqlite3.connect(run.audit_path) as db:  # an attacker with the file drops the guards
-        for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
-            db.execute(f"DROP TRIGGER {name}")
-        db.execute("UPDATE events SET record = replace(record, 'allow', 'deny') "
-                   "WHERE kind = 'decision'")
+    log = Path(f"{run.audit_path}.log")  # an attacker with the file rewrites the decision
+    text = log.read_text("utf-8")
+    assert '"verdict":"allow"' in text
+    log.write_text(text.replace('"verdict":"allow"', '"verdict":"deny"'), "utf-8")
     assert not run.verify().ok
     where = run.audit_path.parent
     run.close()

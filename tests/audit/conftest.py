@@ -22,6 +22,7 @@ from callgate.audit._chain import (
     event_row,
     run_row,
     seal,
+    segment_line,
 )
 from callgate.audit._schema import DDL
 
@@ -152,7 +153,7 @@ class Kit:
         for seq, original in enumerate(records, start=1):
             record = dict(original, seq=seq, prev=prev)
             text, digest = seal(record)
-            line = (text + "\n").encode()
+            line = segment_line(text, digest)
             rows.append(event_row(record, digest, offset, len(line)))
             lines.append(line)
             offset += len(line)
@@ -176,7 +177,7 @@ class Kit:
                          (len(rows), offset, prev))
 
     def lines(self, path: Path) -> list[str]:
-        """The segment's lines (records' texts), in order."""
+        """The segment's lines (each a record's hash and text), in order."""
         return Path(f"{path}.log").read_text(encoding="utf-8").splitlines()
 
     def write_lines(self, path: Path, lines: list[str]) -> None:
@@ -185,7 +186,13 @@ class Kit:
                                        encoding="utf-8")
 
     def records(self, path: Path) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.lines(path)]
+        return [json.loads(line.partition(" ")[2]) for line in self.lines(path)]
+
+    @staticmethod
+    def line(record: dict[str, Any]) -> str:
+        """The segment's line for ``record`` (its hash, a space, its canonical JSON)."""
+        text, digest = seal(record)
+        return f"{digest} {text}"
 
     def segment(self, path: Path) -> list[tuple[int, int, str]]:
         """The segment's lines as ``verify_rows`` takes them: (start, end, text)."""

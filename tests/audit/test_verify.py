@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from callgate import AuditError
-from callgate.audit import verify_file
+from callgate import AuditError, ToolResult
+from callgate.audit import AuditStore, verify_file
 from callgate.audit._chain import (
     EVENT_COLUMNS,
     META_ROWS,
@@ -25,6 +25,7 @@ from callgate.audit._chain import (
     canonical_json,
     event_row,
     seal,
+    segment_line,
 )
 from callgate.audit._verify import VerifyReport, verify_rows
 
@@ -194,11 +195,12 @@ def _forge_tail(kit: Any, path: Path) -> tuple[dict[str, Any], str, int, int]:
     forged = dict(records[-1], id="f" * 32, run_seq=records[-1]["run_seq"] + 1)
     forged.update(seq=HEAD + 1, prev=kit.events(path)[-1][EVENT_COLUMNS.index("hash")])
     text, digest = seal(forged)
+    line = segment_line(text, digest)
     segment = Path(f"{path}.log")
     offset = segment.stat().st_size
     with segment.open("ab") as handle:
-        handle.write(f"{text}\n".encode())
-    return forged, digest, offset, len(text) + 1
+        handle.write(line)
+    return forged, digest, offset, len(line)
 
 
 def test_a_correctly_hashed_forged_tail_event_is_caught_by_the_runs_index(
@@ -317,10 +319,26 @@ def test_a_dropped_trigger_is_found(template: Path, kit: Any) -> None:
     assert (report.table, report.row) == ("sqlite_master", "events_no_delete")
 
 
+def test_an_edited_last_record_is_found_at_its_line_before_any_index_or_checkpoint(
+    tmp_path: Path, kit: Any
+) -> None:
+    path = tmp_path / "a.db"
+    with AuditStore.open(path) as store:  # no signing key: no checkpoint covers anything
+        kit.start(store, "r1")
+        store.record_result("r1", ToolResult(call_id="c", status="ok", output="allow"))
+        assert kit.position(path)[0][1] == 0  # nothing indexed yet: the segment alone
+        assert verify_file(path).ok
+        lines = kit.lines(path)
+        kit.write_lines(path, [*lines[:-1], lines[-1].replace('"allow"', '"deny"')])
+        report = verify_file(path)
+    assert (report.ok, report.table, report.row) == (False, "log", 2)
+    assert "does not match the hash beside it" in str(report.problem)
+
+
 def test_verify_rows_reports_a_non_json_record(template: Path, kit: Any) -> None:
     lines = kit.segment(template)
     start, end, _ = lines[3]
-    lines[3] = (start, end, "{not json")
+    lines[3] = (start, end, "0" * 64 + " {not json")
     report = verify_rows(
         meta=list(META_ROWS), lines=lines, events=kit.events(template), runs=[], position=[],
         checkpoints=[]

@@ -111,6 +111,13 @@ def seal(record: Mapping[str, Any]) -> tuple[str, str]:
     return text, sha256_hex(text)
 
 
+def segment_line(text: str, digest: str) -> bytes:
+    """One line of the segment: the record's hash, a space, its canonical JSON, a newline.
+    (The hash beside the record makes an edit of the record itself visible on its own line,
+    the last one included, as the ``hash`` column beside ``record`` did in layout 2.)"""
+    return f"{digest} {text}\n".encode()
+
+
 def taint_column(labels: Any) -> str:
     """The ``taint`` column: the sorted, distinct taint sources joined by commas."""
     if not isinstance(labels, list):

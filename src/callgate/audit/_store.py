@@ -53,7 +53,7 @@ from callgate.audit._chain import (
     run_row,
     runs_digest,
     seal,
-    sha256_hex,
+    segment_line,
 )
 from callgate.audit._checkpoint import Checkpoint, public_key_of, sign_checkpoint
 from callgate.audit._encode import MAX_RECORD_CHARS, fits, sanitize, shrink
@@ -331,8 +331,7 @@ class AuditStore:
             length = self._conn.execute("SELECT log_length FROM events WHERE seq = ?",
                                         (seq,)).fetchone()[0]
             line = segment.read(offset - length, offset)
-            if not line.endswith(b"\n") or sha256_hex(line[:-1].decode("utf-8", "replace")
-                                                      ) != digest:
+            if not line.endswith(b"\n") or not line.startswith(f"{digest} ".encode()):
                 raise AuditError(
                     f"the segment {display(segment.path)} does not hold event {seq} where its"
                     f" index says (byte {offset - length}): it was truncated or rewritten;"
@@ -361,7 +360,7 @@ class AuditStore:
             raise AuditError(f"audit log {display(self._path)} has no segment to read")
         data = self._segment.read(offset, offset + length)
         try:
-            return parse_line(data[:-1].decode("utf-8"))
+            return parse_line(data[:-1].decode("utf-8"))[0]
         except (UnicodeDecodeError, ValueError, AuditError) as exc:
             raise AuditError(f"audit log {display(self._path)}: the line at byte {offset} of"
                              f" its segment is not a record: {exc}") from exc
@@ -415,9 +414,8 @@ class AuditStore:
 
     def _take_line(self, line: Line) -> None:
         """Take in one line another writer appended: it must continue the chain."""
-        digest = sha256_hex(line.text)
         try:
-            record = parse_line(line.text)
+            record, digest = parse_line(line.text)
         except (ValueError, AuditError) as exc:
             raise AuditError(f"audit log {display(self._path)}: the line at byte {line.start}"
                              f" of its segment is not a record: {exc}") from exc
@@ -457,7 +455,7 @@ class AuditStore:
             with segment.locked(exclusive=True):
                 self._take_in(cut=True)
                 record, text, digest = _seal(self._record(run_id, kind, payload))
-                data = (text + "\n").encode("utf-8")
+                data = segment_line(text, digest)
                 start = self._end  # the segment's size: ``_take_in`` just read it
                 segment.append(data, at=start, sync=self._durability == "fsync")
                 self._end = start + len(data)
@@ -613,11 +611,11 @@ class AuditStore:
         out = []
         for line in lines:
             try:
-                record = parse_line(line.text)
+                record, digest = parse_line(line.text)
             except (ValueError, AuditError) as exc:
                 raise AuditError(f"the line at byte {line.start} of the segment is not a"
                                  f" record: {exc}") from exc
-            out.append(_Entry(line.start, line.end, record, sha256_hex(line.text)))
+            out.append(_Entry(line.start, line.end, record, digest))
         return out
 
     # -- checkpoints ---------------------------------------------------------------------------

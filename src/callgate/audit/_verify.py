@@ -45,9 +45,13 @@ CHECKPOINT_COLUMNS = (
 )
 
 
-def parse_line(text: str) -> dict[str, Any]:
-    """The record a line of the segment holds: canonical JSON of an envelope of a known version
-    and kind, with a payload and a run id. Raises ValueError naming what is wrong."""
+def parse_line(line: str) -> tuple[dict[str, Any], str]:
+    """The record a line of the segment holds and its hash: ``HASH JSON``, where JSON is the
+    canonical JSON of an envelope of a known version and kind, with a payload and a run id, and
+    HASH its SHA-256. Raises ValueError naming what is wrong."""
+    digest, space, text = line.partition(" ")
+    if not space or len(digest) != 64:
+        raise ValueError("line does not start with its record's hash")
     try:
         record = json.loads(text)
         canonical = canonical_json(record)
@@ -56,6 +60,8 @@ def parse_line(text: str) -> dict[str, Any]:
         raise ValueError("record is not JSON") from None
     if not isinstance(record, dict) or canonical != text:
         raise ValueError("record is not canonical JSON of an event")
+    if sha256_hex(text) != digest:
+        raise ValueError("record does not match the hash beside it: it was edited")
     kind = record.get("kind")
     if record.get("v") != RECORD_VERSION or not isinstance(kind, str) or kind not in RECORD_KINDS:
         raise ValueError("record has an unknown version or kind")
@@ -63,7 +69,7 @@ def parse_line(text: str) -> dict[str, Any]:
         raise ValueError("record lacks a payload or run id")
     if type(record.get("seq")) is not int or type(record.get("run_seq")) is not int:
         raise ValueError("record has no integer sequences")
-    return record
+    return record, digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +184,7 @@ class _Verifier:
         expected = self.head_seq + 1
         self.where = ("log", expected)
         try:
-            record = parse_line(text)
+            record, digest = parse_line(text)
         except ValueError as exc:
             raise _TamperedError("log", expected, f"line at byte {start}: {exc}") from None
         seq = record["seq"]
@@ -191,7 +197,7 @@ class _Verifier:
                 "log", expected,
                 f"previous hash does not chain to event {self.head_seq}: a line before this"
                 " one was edited, inserted, deleted or reordered")
-        return record, sha256_hex(text)
+        return record, digest
 
     def _indexed(self, row: tuple[Any, ...], record: dict[str, Any], digest: str, offset: int,
                  length: int) -> None:
