@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from callgate._model import Decision
 
-__all__ = ["refusal_text"]
+__all__ = ["reason_line", "refusal_text"]
 
 
 def refusal_text(decision: Decision, tool: str, names: Mapping[int, str], *,
@@ -27,3 +27,12 @@ def refusal_text(decision: Decision, tool: str, names: Mapping[int, str], *,
                      + (f"; {w.detail}" if w.detail else ""))
     lines.append("Do not retry the same call; change the approach or ask the user.")
     return "\n".join(lines)
+
+
+def reason_line(decision: Decision) -> str:
+    """The decision in one line, for hosts that show one (a permission prompt, a hook's
+    reason): ``callgate VERDICT: id: message; …`` and the witness's events."""
+    text = "; ".join(f"{r.id}: {r.message}" for r in decision.reasons) or decision.verdict
+    if decision.witness is not None and decision.witness.events:
+        text += f" (witness: events {', '.join(map(str, decision.witness.events))} of the run)"
+    return f"callgate {decision.verdict}: {text}"

@@ -115,7 +115,7 @@ class BrokenGate:
         raise ConnectionError("the sidecar is unreachable")
 
     def report(self, call_id: str, *, status: Any = "ok", output: Any = None,
-               error: str | None = None) -> ToolResult:
+               error: str | None = None, taint: Any = ()) -> ToolResult:
         raise ConnectionError("the sidecar is unreachable")
 
     def end_run(self) -> list[Violation]:
@@ -142,8 +142,9 @@ class RecordingGate:
         return decision
 
     def report(self, call_id: str, *, status: Any = "ok", output: Any = None,
-               error: str | None = None) -> ToolResult:
-        result = self.kernel.report(call_id, status=status, output=output, error=error)
+               error: str | None = None, taint: Any = ()) -> ToolResult:
+        result = self.kernel.report(call_id, status=status, output=output, error=error,
+                                    taint=taint)
         self.reported.append(result)
         return result
 

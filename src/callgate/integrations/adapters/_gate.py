@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -52,8 +52,9 @@ class Gate(Protocol):
         ...
 
     def report(self, call_id: str, *, status: Status = "ok", output: Any = None,
-               error: str | None = None) -> ToolResult:
-        """Record the result of a call ``check`` allowed; gives the result as recorded."""
+               error: str | None = None, taint: Sequence[str] = ()) -> ToolResult:
+        """Record the result of a call ``check`` allowed (``taint``: labels the host knows of
+        beyond the call's class); gives the result as recorded."""
         ...
 
     def end_run(self) -> list[Violation]:
@@ -112,14 +113,15 @@ class Mediation:
         return decision
 
     def report(self, decision: Decision, *, output: Any = None, error: str | None = None,
-               status: Status | None = None) -> ToolResult:
+               status: Status | None = None, taint: Sequence[str] = ()) -> ToolResult:
         """Record what an allowed call gave (``error`` set: it failed). The result as recorded;
         an error result without the output when the gate could not record it."""
         if status is None:
             status = "ok" if error is None else "error"
         text = None if output is None else observation(output)
         try:
-            result = self.gate.report(decision.call_id, status=status, output=text, error=error)
+            result = self.gate.report(decision.call_id, status=status, output=text, error=error,
+                                      taint=tuple(taint))
         except Exception as exc:
             log.exception("the gate could not record the result of %s", decision.call_id)
             return ToolResult(call_id=decision.call_id, status="error",

@@ -37,11 +37,12 @@ from claude_agent_sdk import (
 from claude_agent_sdk.types import HookInput, HookJSONOutput, PermissionResult
 
 from callgate._model import Decision
+from callgate.integrations._refusal import reason_line
 from callgate.integrations.adapters._gate import Gate, Mediation, adapter_denial
 from callgate.integrations.claude_code._service import (
-    _observation,
-    _reason_text,
+    observation,
     pre_tool_answer,
+    source_taint,
 )
 from callgate.integrations.claude_code._tools import to_call
 from callgate.temporal import Violation
@@ -89,7 +90,7 @@ class CallgateHooks:
             self._keep(use_id, decision)
         verdict = {"allow": "allow", "require-approval": "ask"}.get(decision.verdict, "deny")
         answer: HookJSONOutput = json.loads(pre_tool_answer(verdict,
-                                                            _reason_text(decision)).stdout)
+                                                            reason_line(decision)).stdout)
         return answer
 
     async def post_tool_use(self, data: HookInput, tool_use_id: str | None,
@@ -99,11 +100,14 @@ class CallgateHooks:
         decision = self._decided.pop(use_id, None) if isinstance(use_id, str) else None
         if decision is not None:
             failed = data.get("hook_event_name") == "PostToolUseFailure"
-            text = _observation(data.get("error") if failed else data.get("tool_response"))
+            text = observation(data.get("error") if failed else data.get("tool_response"))
+            taint = source_taint(data, self._cwd)  # a file read outside the project
             if failed:
-                await asyncio.to_thread(self._mediation.report, decision, error=text)
+                await asyncio.to_thread(self._mediation.report, decision, error=text,
+                                        taint=taint)
             else:
-                await asyncio.to_thread(self._mediation.report, decision, output=text)
+                await asyncio.to_thread(self._mediation.report, decision, output=text,
+                                        taint=taint)
         return {}
 
     async def can_use_tool(self, tool: str, tool_input: dict[str, Any],
@@ -126,7 +130,7 @@ class CallgateHooks:
                 return PermissionResultDeny(message=f"callgate deny: the approver failed: "
                                                     f"{type(exc).__name__}: {exc}")
         self._decided.pop(use_id, None)
-        return PermissionResultDeny(message=_reason_text(decision))
+        return PermissionResultDeny(message=reason_line(decision))
 
     async def end_run(self) -> list[Violation]:
         """End the gate's run: the behavioural obligations still open (fail closed on error)."""

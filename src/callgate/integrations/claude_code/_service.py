@@ -31,8 +31,8 @@ from typing import Any
 from callgate._errors import CallgateError
 from callgate._jsonlimits import MAX_JSON_DEPTH as MAX_DEPTH
 from callgate._jsonlimits import nesting_depth
-from callgate._model import Decision
 from callgate.audit import AuditStore
+from callgate.integrations._refusal import reason_line
 from callgate.integrations.claude_code._sessions import SessionRow, SessionStore, StateError
 from callgate.integrations.claude_code._tools import to_call
 from callgate.kernel import Kernel
@@ -178,7 +178,7 @@ class HookService:
                 range(start + 1, live.kernel.trace_length + 1))
         if decision.verdict == "allow" and use_id and decision.call_id:
             live.row.pending[use_id] = decision.call_id
-        reason = _reason_text(decision)
+        reason = reason_line(decision)
         if decision.verdict == "allow":
             return pre_tool_answer("defer" if defer_allowed else "allow", reason)
         if decision.verdict == "require-approval":
@@ -193,9 +193,9 @@ class HookService:
                                                   "tool_use_id": str(use_id)})
             return Answer()
         response = data.get("error") if failed else data.get("tool_response")
-        output = _observation(response)
+        output = observation(response)
         duration = data.get("duration_ms")
-        taint = _source_taint(data, live.row.working_dir)
+        taint = source_taint(data, live.row.working_dir)
         try:
             live.kernel.report(call_id, status="error" if failed else "ok", output=output,
                                error=output if failed else None, taint=taint,
@@ -352,15 +352,9 @@ def _refusal(event: str, reason: str, *, exit_code: int) -> Answer:
     return Answer(stderr=reason, exit=2)
 
 
-def _reason_text(decision: Decision) -> str:
-    parts = [f"{r.id}: {r.message}" for r in decision.reasons]
-    text = "; ".join(parts) or decision.verdict
-    if decision.witness is not None and decision.witness.events:
-        text += f" (witness: events {', '.join(map(str, decision.witness.events))} of the run)"
-    return f"callgate {decision.verdict}: {text}"
-
-
-def _observation(response: Any) -> str:
+def observation(response: Any) -> str:
+    """What a tool gave, as the text the kernel observes (stdout and stderr of a shell
+    result, else the JSON of the response), bounded."""
     if response is None:
         return ""
     if isinstance(response, Mapping):
@@ -371,7 +365,7 @@ def _observation(response: Any) -> str:
     return text[:OUTPUT_BOUND]
 
 
-def _source_taint(data: Mapping[str, Any], working_dir: str) -> tuple[str, ...]:
+def source_taint(data: Mapping[str, Any], working_dir: str) -> tuple[str, ...]:
     """Taint the host knows of beyond the call's class: a file read outside the project."""
     if data.get("tool_name") in ("Read", "NotebookRead"):
         tool_input = data.get("tool_input")

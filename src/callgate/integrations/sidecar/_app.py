@@ -222,13 +222,14 @@ class _Routes:
         if isinstance(call, Reason):
             decision = await _refuse(self.sidecar, live, {"tool": "<unparsed>", "tool_class": "mcp",
                                                       "action": "call"}, call)
-            return JSONResponse(docker_refusal(decision))
+            return JSONResponse(docker_refusal(decision, "this tool"))
         answer = await self.sidecar.decide(identity, live, call)
         if answer["verdict"] == "allow":
             live.awaiting.append(answer["call_id"])
             return Response(b"")
         return JSONResponse(docker_refusal(Decision.model_validate(
-            {k: answer[k] for k in ("verdict", "reasons", "call_id")})))
+            {k: answer[k] for k in ("verdict", "reasons", "call_id", "witness") if k in answer}),
+            call["tool"]))
 
     async def docker_after(self, request: Request) -> Response:
         identity = _auth(self.sidecar, request, request.path_params["key"], "/v1/gateways/docker")

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from callgate._model import Decision, Reason
+from callgate.integrations._refusal import refusal_text
 
-__all__ = ["docker_call", "docker_observation", "docker_refusal", "reason_text",
-           "toolhive_call"]
+__all__ = ["docker_call", "docker_observation", "docker_refusal", "toolhive_call"]
 
 #: Characters of a tool result kept as its observation.
 OBSERVATION_LIMIT = 65536
@@ -33,11 +33,6 @@ OBSERVATION_LIMIT = 65536
 
 def _tool(server: str, name: str) -> str:
     return f"mcp__{server}__{name}"
-
-
-def reason_text(decision: Decision) -> str:
-    """The decision's reasons in one line, deciding reason first."""
-    return "; ".join(f"{r.id}: {r.message}" for r in decision.reasons) or decision.verdict
 
 
 def docker_call(body: Any, server: str) -> dict[str, Any] | Reason:
@@ -60,10 +55,10 @@ def docker_call(body: Any, server: str) -> dict[str, Any] | Reason:
             "parameters": arguments}
 
 
-def docker_refusal(decision: Decision) -> dict[str, Any]:
+def docker_refusal(decision: Decision, tool: str) -> dict[str, Any]:
     """The ``CallToolResult`` that replaces a call callgate did not allow."""
-    return {"content": [{"type": "text", "text": f"callgate refused this call "
-                                                 f"({decision.verdict}): {reason_text(decision)}"}],
+    return {"content": [{"type": "text", "text": refusal_text(decision, tool, {},
+                                                              ran=", it was not run")}],
             "isError": True}
 
 
