@@ -31,6 +31,8 @@ LAYERS: dict[str, set[str]] = {
                "sandbox"},
     "manifest": {"base", "matchers", "policy", "kernel"},  # discovery finds declared tools
     "testing": {"base", "kernel", "policy", "temporal", "audit"},
+    # policy tests: cases run on a fresh kernel, and pinned from a recorded run
+    "policytest": {"base", "kernel", "policy", "audit"},
     "executors": {"base", "abstraction", "matchers", "policy", "sandbox"},
     "integrations": {"base", "kernel", "policy", "audit", "temporal", "abstraction"},
     # measuring detection on recorded runs: the abstraction and the language, no kernel
@@ -39,7 +41,7 @@ LAYERS: dict[str, set[str]] = {
     "client": {"base", "temporal", "integrations"},
     "cli": {"base", "abstraction", "matchers", "temporal", "policy", "audit", "guards",
             "sandbox", "manifest", "kernel", "executors", "integrations", "evaluation",
-            "client"},
+            "client", "policytest"},
     "facade": {"base", "kernel", "policy"},  # callgate/__init__.py
     # the program's entry: the Claude Code hook's fast path, else the command line
     "entry": {"integrations", "cli"},

@@ -21,7 +21,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
     from callgate.policy._cache import PolicyCache
     from callgate.policy._compose import Builder, NodePath, Place
+
+_M = TypeVar("_M", bound=BaseModel)
 
 #: Policy files larger than this are refused before parsing.
 MAX_POLICY_BYTES = 1024 * 1024
@@ -167,11 +169,42 @@ def _validate(text: str, source: str) -> tuple[Policy, dict[NodePath, Place]]:
     try:
         policy = Policy.model_validate(data)
     except ValidationError as exc:
-        problems += [p for p in _placed(exc, data, builder, source) if not _covered(p, flagged)]
+        problems += [p for p in _placed(exc, data, builder, source, Policy)
+                     if not _covered(p, flagged)]
         raise PolicyError(_sorted(problems)) from exc
     if problems:
         raise PolicyError(_sorted(problems))
     return policy, builder.places()
+
+
+def validate_document(text: str, source: str, schema: type[_M], *, max_depth: int = MAX_DEPTH
+                      ) -> tuple[_M, dict[NodePath, Place]]:
+    """YAML ``text`` validated against any ``schema`` by this loader's rules: the model and the
+    place of every node.
+
+    The YAML is read as a policy is (core-schema scalars, no aliases, duplicate keys refused,
+    nesting up to ``max_depth``), and every problem, unknown keys with a suggestion included, is
+    reported at its file:line:col in one ``PolicyError``. Other files callgate reads next to
+    policies (policy tests) use it.
+    """
+    from callgate.policy._compose import Builder, compose
+
+    root = compose(text, source, max_depth)
+    builder = Builder()
+    data = builder.build(root, ())
+    if not isinstance(data, dict):
+        raise PolicyError([_problem("the top level must be a mapping of keys", source, root, ())])
+    problems = [_problem(message, source, node, path) for message, node, path in builder.refused]
+    flagged = [p for p in problems if p.field is not None]
+    try:
+        model = schema.model_validate(data)
+    except ValidationError as exc:
+        problems += [p for p in _placed(exc, data, builder, source, schema)
+                     if not _covered(p, flagged)]
+        raise PolicyError(_sorted(problems)) from exc
+    if problems:
+        raise PolicyError(_sorted(problems))
+    return model, builder.places()
 
 
 def _root_problems(policy: Policy, places: Mapping[NodePath, Place], source: str
@@ -192,11 +225,11 @@ def _root_problems(policy: Policy, places: Mapping[NodePath, Place], source: str
     return _sorted(problems)
 
 
-def _placed(exc: ValidationError, data: dict[str, Any], builder: Builder, source: str
-            ) -> list[Problem]:
+def _placed(exc: ValidationError, data: dict[str, Any], builder: Builder, source: str,
+            schema: type[BaseModel]) -> list[Problem]:
     """The schema errors as placed problems; unplaced if placing them fails (never lose one)."""
     try:
-        return _validation_problems(exc, data, builder, source)
+        return _validation_problems(exc, data, builder, source, schema)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         return [Problem(f"{err['msg']} at {'.'.join(map(str, err['loc']))}", source)
                 for err in exc.errors(include_url=False)]
@@ -257,7 +290,8 @@ _SHAPE_ERRORS = frozenset({
 
 
 def _validation_problems(
-    exc: ValidationError, data: dict[str, Any], builder: Builder, source: str
+    exc: ValidationError, data: dict[str, Any], builder: Builder, source: str,
+    schema: type[BaseModel],
 ) -> list[Problem]:
     """Turn each schema error into a problem at the node it names; merge union alternatives."""
     from callgate.policy._compose import short
@@ -269,13 +303,13 @@ def _validation_problems(
             continue  # reported with its exact place by _id_problems
         path, union_at = _data_path(error, data)
         if union_at is None:
-            plain.append(_error_problem(error, path, builder, source))
+            plain.append(_error_problem(error, path, builder, source, schema))
         else:
             unions.setdefault(union_at, []).append((error, path))
     for union_at, errors in unions.items():
         specific = [(e, p) for e, p in errors if not (p == union_at and e["type"] in _SHAPE_ERRORS)]
         if specific:
-            plain += [_error_problem(e, p, builder, source) for e, p in specific]
+            plain += [_error_problem(e, p, builder, source, schema) for e, p in specific]
             continue
         forms = dict.fromkeys(_shape_text(e) for e, _ in errors)
         value = short(errors[0][0].get("input"))
@@ -312,7 +346,8 @@ def _has_child(value: Any, part: str | int) -> bool:
     return False
 
 
-def _error_problem(error: Any, path: NodePath, builder: Builder, source: str) -> Problem:
+def _error_problem(error: Any, path: NodePath, builder: Builder, source: str,
+                   schema: type[BaseModel]) -> Problem:
     """One schema error as a problem: unknown keys at the key, missing ones at their mapping."""
     from callgate.policy._compose import short
 
@@ -320,7 +355,7 @@ def _error_problem(error: Any, path: NodePath, builder: Builder, source: str) ->
     if kind == "missing":
         message = f"missing required key {path[-1]!r}"
     elif kind == "extra_forbidden":
-        message = f"unknown key {path[-1]!r}{_suggest(path)}"
+        message = f"unknown key {path[-1]!r}{_suggest(path, schema)}"
     else:
         text = error["msg"].removeprefix("Value error, ")
         message = f"{text[:1].lower()}{text[1:]}"
@@ -340,11 +375,11 @@ def _shape_text(error: Any) -> str:
     return text.removeprefix("Input should be ")
 
 
-def _suggest(path: NodePath) -> str:
+def _suggest(path: NodePath, schema: type[BaseModel]) -> str:
     """A hint for an unknown key: the closest allowed key, or the allowed keys."""
     import difflib
 
-    allowed = _allowed_keys(path[:-1])
+    allowed = _allowed_keys(path[:-1], schema)
     if not allowed:
         return ""
     close = difflib.get_close_matches(str(path[-1]), allowed, n=1, cutoff=0.6)
@@ -353,9 +388,9 @@ def _suggest(path: NodePath) -> str:
     return f"; allowed keys: {', '.join(allowed)}"
 
 
-def _allowed_keys(path: NodePath) -> list[str]:
-    """The keys the schema allows in the mapping at ``path`` (empty if not a model)."""
-    current: Any = Policy
+def _allowed_keys(path: NodePath, schema: type[BaseModel]) -> list[str]:
+    """The keys ``schema`` allows in the mapping at ``path`` (empty if not a model)."""
+    current: Any = schema
     for part in path:
         current = _unwrap(current, part)
         if current is None:
