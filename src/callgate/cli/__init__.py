@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "approvals": ("callgate.cli._serve", "approvals_group",
                   "List and answer the sidecar's pending approvals (with an approver key)."),
     "audit": ("callgate.cli._audit", "audit_group",
-              "Verify audit logs and manage their signed checkpoints."),
+              "Verify, read and export audit logs; manage their signed checkpoints."),
     "check": ("callgate.cli._check", "check_command",
               "Judge a recorded TRACE (or --db/--run) against a policy's behavior statements."),
     "decide": ("callgate.cli._decide", "decide",

@@ -1,13 +1,17 @@
-"""``callgate audit``: verify a log, sign a checkpoint now, create a signing key.
+"""``callgate audit``: verify a log, sign a checkpoint now, create a signing key; read a log
+(``runs``, ``show``, ``tail``).
 
-Exit codes: 0 done, 1 the log failed verification, 2 bad input (no such log, unreadable file
-or key, a log that does not match its anchor when checkpointing).
+Exit codes: 0 done, 1 the log failed verification, 2 bad input (no such log, a file that is
+not an audit log, an unknown run, unreadable file or key, a log that does not match its anchor
+when checkpointing).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -15,7 +19,7 @@ from callgate._errors import CallgateError
 from callgate.audit._checkpoint import key_id, public_key_of
 from callgate.audit._files import default_anchor_path, default_key_path, verify_file
 from callgate.audit._keys import create_key, display, public_path_for, public_pem, read_public_key
-from callgate.audit._store import AuditStore
+from callgate.audit._store import AuditRecord, AuditStore
 from callgate.cli._common import fail
 
 _file = click.Path(dir_okay=False)
@@ -23,7 +27,7 @@ _file = click.Path(dir_okay=False)
 
 @click.group("audit")
 def audit_group() -> None:
-    """Verify audit logs and manage their signed checkpoints."""
+    """Verify, read and export audit logs; manage their signed checkpoints."""
 
 
 @audit_group.command("verify")
@@ -100,3 +104,220 @@ def keygen_command(key: str | None, db: str | None) -> None:
     click.echo(f"signing key {display(target)} ({state}); key id {key_id(public)};"
                f" public key {display(public_path_for(target))}:", err=True)
     click.echo(public_pem(private), nl=False)
+
+
+# -- reading a log: runs, show, tail ---------------------------------------------------------
+
+_VERDICT_STYLE = {"allow": "green", "deny": "bold red", "require-approval": "yellow"}
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _read_log(db: str) -> AuditStore:
+    """The log opened read-only, or exit 2 saying why not."""
+    from callgate.audit._view import open_log
+
+    try:
+        return open_log(db)
+    except CallgateError as exc:
+        fail(f"error: {exc}")
+
+
+def _when(timestamp: str | None) -> str:
+    """An ISO timestamp as ``YYYY-MM-DD HH:MM:SS`` (UTC, as recorded)."""
+    return "-" if not timestamp else timestamp.replace("T", " ")[:19]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+@audit_group.command("runs")
+@click.argument("db", type=_file)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run, one a line.")
+def runs_command(db: str, as_json: bool) -> None:
+    """List the runs of an audit log: principal, policy, start and end, calls, denials,
+    quarantine."""
+    from callgate.audit._view import list_runs
+
+    with _read_log(db) as store:
+        try:
+            runs = list_runs(store)
+        except CallgateError as exc:
+            fail(f"error: {exc}")
+    if as_json:
+        for run in runs:
+            click.echo(json.dumps(run.to_json(), sort_keys=True))
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"{len(runs)} runs in {display(db)}", title_justify="left")
+    for name in ("run", "principal", "policy", "started (UTC)", "ended (UTC)", "calls",
+                 "denied", "approval", "quarantine"):
+        table.add_column(name, overflow="fold",
+                         justify="right" if name in ("calls", "denied", "approval") else "left")
+    for run in runs:
+        table.add_row(escape(run.run_id), escape(run.principal), escape(run.policy),
+                      _when(run.started_at), _when(run.ended_at) if run.ended_at else "open",
+                      str(run.calls), f"[red]{run.denials}[/]" if run.denials else "0",
+                      str(run.approvals),
+                      f"[bold red]{escape(run.quarantine)}[/]" if run.quarantine else "-")
+    _console().print(table)
+
+
+@audit_group.command("show")
+@click.argument("db", type=_file)
+@click.argument("run_id", metavar="RUN")
+@click.option("--json", "as_json", is_flag=True, help="The run as one JSON object.")
+def show_command(db: str, run_id: str, as_json: bool) -> None:
+    """Show one run's decided calls: verdict, the rule or statement, the reason, the witness,
+    taint, and how long deciding and running took."""
+    from callgate.audit._view import view_run
+
+    with _read_log(db) as store:
+        try:
+            run = view_run(store, run_id)
+        except CallgateError as exc:
+            fail(f"error: {exc}")
+    if as_json:
+        click.echo(json.dumps(run.to_json(), indent=2, sort_keys=True))
+        return
+    _render_run(run)
+
+
+def _render_run(run: Any) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    s = run.summary
+    console = _console()
+    ended = f"ended {_when(s.ended_at)}" if s.ended_at else "still open"
+    console.print(f"[bold]run {escape(s.run_id)}[/]  principal {escape(s.principal)}  policy "
+                  f"{escape(s.policy)}  started {_when(s.started_at)}  {ended}")
+    console.print(f"{s.calls} calls: {s.allowed} allowed, {s.denials} denied, "
+                  f"{s.approvals} awaiting approval"
+                  + (f"; [bold red]quarantined by {escape(s.quarantine)}[/]" if s.quarantine
+                     else ""))
+    table = Table()
+    for name in ("seq", "call", "verdict", "by", "why", "witness", "taint in→out",
+                 "decide ms", "run ms"):
+        table.add_column(name, overflow="fold",
+                         justify="right" if name in ("seq", "decide ms", "run ms") else "left")
+    for c in run.calls:
+        call = c.call
+        target = _target(call.get("parameters"))
+        style = _VERDICT_STYLE.get(c.verdict, "magenta")
+        reasons = c.reasons
+        witness = c.witness
+        seen = (f"{witness.get('statement')} @ {', '.join(map(str, witness.get('events', [])))}"
+                if witness else "")
+        taint = f"{','.join(c.taint_in) or '-'}→{','.join(c.taint_out) or '-'}"
+        table.add_row(str(c.decision.seq),
+                      escape(f"{call.get('tool')} {call.get('tool_class')}.{call.get('action')}"
+                             f"{' ' + target if target else ''}"),
+                      f"[{style}]{escape(c.verdict)}[/]",
+                      escape(", ".join(str(r.get("id")) for r in reasons) or "-"),
+                      escape("; ".join(str(r.get("message")) for r in reasons)),
+                      escape(seen), escape(taint), _ms(c.decided_ms),
+                      _ms(c.ran_ms) if c.status in (None, "ok") else
+                      f"{_ms(c.ran_ms)} ({escape(str(c.status))})")
+    console.print(table)
+    for record in run.system:
+        data = record.payload.get("data")
+        detail = ""
+        if isinstance(data, dict):
+            detail = str(data.get("reason") or data.get("message") or "")
+        console.print(f"  system {record.seq}: [bold]{escape(str(record.payload.get('kind')))}"
+                      f"[/] {escape(detail)}")
+
+
+def _target(parameters: Any, width: int = 48) -> str:
+    """The call's most telling argument (url, path, command…), cut to ``width``."""
+    if not isinstance(parameters, dict):
+        return ""
+    for key in ("url", "path", "file_path", "command", "query", "to", "recipient"):
+        value = parameters.get(key)
+        if isinstance(value, str) and value:
+            return value if len(value) <= width else value[:width - 1] + "…"
+    return ""
+
+
+@audit_group.command("tail")
+@click.argument("db", type=_file)
+@click.option("-n", "--lines", "count", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Decisions already in the log to print first.")
+@click.option("-f", "--follow", is_flag=True,
+              help="Keep printing decisions as other processes append them (Ctrl-C stops).")
+@click.option("--json", "as_json", is_flag=True, help="Each decision as one JSON line.")
+@click.option("--all", "every_kind", is_flag=True,
+              help="Every event (run starts and ends, results, system events), not only "
+                   "decisions.")
+@click.option("--interval", type=click.FloatRange(min=0.01), default=0.25, show_default=True,
+              help="Seconds between two looks at the log with --follow.")
+def tail_command(db: str, count: int, follow: bool, as_json: bool, every_kind: bool,
+                 interval: float) -> None:
+    """Print the last decisions of an audit log; with --follow, each new one as it is written.
+
+    Reads the log's segment without locking it, so the writer (a kernel, the sidecar, the
+    Claude Code hook) is never held up; never writes to the log.
+    """
+    from collections import deque
+
+    from callgate.audit._view import follow as follow_log
+
+    backlog: deque[AuditRecord] = deque(maxlen=count)
+    caught_up = False
+
+    def keep_going() -> bool:  # called each time the reader has read all there is
+        nonlocal caught_up
+        if not caught_up:
+            caught_up = True
+            for old in backlog:
+                _print_event(old, as_json)
+        return follow
+
+    try:
+        for record in follow_log(db, poll_s=interval, keep_going=keep_going):
+            if not (every_kind or record.kind == "decision"):
+                continue
+            if caught_up:
+                _print_event(record, as_json)
+            else:
+                backlog.append(record)
+    except CallgateError as exc:
+        fail(f"error: {exc}")
+    except KeyboardInterrupt:
+        return
+
+
+def _print_event(record: AuditRecord, as_json: bool) -> None:
+    """One event as a line: time, sequence, run, verdict, the call, the first reason."""
+    from callgate.audit._view import CallView
+
+    if as_json:
+        out: dict[str, Any] = {"seq": record.seq, "hash": record.hash, "kind": record.kind,
+                               "run_id": record.run_id, "timestamp": record.timestamp}
+        if record.kind == "decision":
+            out.update(CallView(record).to_json())
+        else:
+            out["payload"] = record.payload
+        line = json.dumps(out, sort_keys=True)
+    elif record.kind == "decision":
+        view = CallView(record)
+        call, first = view.call, (view.reasons or [{}])[0]
+        target = _target(call.get("parameters"), width=60)
+        line = (f"{_when(record.timestamp)} {record.seq:>6} {record.run_id} {view.verdict:<7}"
+                f" {call.get('tool')} {call.get('tool_class')}.{call.get('action')}"
+                f"{' ' + target if target else ''}  [{first.get('id', '-')}]"
+                f" {first.get('message', '')}")
+    else:
+        kind = record.payload.get("kind") if record.kind == "system" else ""
+        line = (f"{_when(record.timestamp)} {record.seq:>6} {record.run_id} {record.kind}"
+                f"{' ' + str(kind) if kind else ''}")
+    click.echo(line)
+    sys.stdout.flush()
