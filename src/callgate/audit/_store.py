@@ -685,19 +685,29 @@ class AuditStore:
         }
         self._append(run_id, "run-start", payload)
 
-    def record_decision(self, run_id: str, call: ToolCall, decision: Decision) -> int:
-        """Append a decision (with its call) and return the event's global sequence."""
+    def record_decision(self, run_id: str, call: ToolCall, decision: Decision, *,
+                        replay: Mapping[str, Any] | None = None) -> int:
+        """Append a decision (with its call) and return the event's global sequence.
+
+        ``replay`` is what a replay of the run needs beside it (the kernel's clocks, how the
+        call came in); it is stored as ``payload.replay``."""
         if call.run_id and call.run_id != run_id:
             raise AuditError(f"call belongs to run {call.run_id!r}, not {run_id!r}")
         payload = {
             "call": _jsonable(call),
             "decision": _jsonable(decision),
         }
+        if replay is not None:
+            payload["replay"] = _jsonable(dict(replay))
         return self._append(run_id, "decision", payload)
 
-    def record_result(self, run_id: str, result: ToolResult) -> int:
-        """Append the result of an executed call and return the event's global sequence."""
+    def record_result(self, run_id: str, result: ToolResult, *,
+                      replay: Mapping[str, Any] | None = None) -> int:
+        """Append the result of an executed call and return the event's global sequence;
+        ``replay`` as for ``record_decision`` (the labels the executor or host gave)."""
         payload = {"result": _jsonable(result)}
+        if replay is not None:
+            payload["replay"] = _jsonable(dict(replay))
         return self._append(run_id, "result", payload)
 
     def record_system(self, run_id: str, kind: str, payload: Mapping[str, Any]) -> int:

@@ -51,6 +51,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
             "Put callgate in front of MCP servers: proxy, serve, wrap, trust, pins."),
     "policy": ("callgate.cli._policy", "policy",
                "Work with policy files."),
+    "replay": ("callgate.cli._replay", "replay_command",
+               "Replay a recorded run (--audit DB --run ID, or a TRACE file) and diff its "
+               "decisions."),
     "run": ("callgate.cli._run", "run_command",
             "Execute tool calls read as JSON lines on stdin through the kernel and its "
             "executors."),

@@ -25,8 +25,9 @@ import re
 import sqlite3
 import threading
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from callgate._errors import CallgateError
 from callgate.guards._decode import rot13
@@ -116,6 +117,37 @@ class FingerprintStore:
     def count(self, kind: str) -> int:
         """How many digests of ``kind`` are stored."""
         return sum(len(d) for d in self._hashes.get(kind, {}).values())
+
+    def export(self) -> list[list[Any]]:
+        """Every fingerprint as JSON rows, sorted: ``["h", kind, length, digest_hex, origin]``
+        for a digest and ``["p", kind, length, probe]`` for a probe (what replay seeds a
+        fresh store with, through ``load``)."""
+        with self._lock:
+            rows: list[list[Any]] = [["h", kind, length, digest.hex(), origin]
+                                     for kind, by_length in self._hashes.items()
+                                     for length, table in by_length.items()
+                                     for digest, origin in table.items()]
+            rows.extend(["p", kind, length, probe]
+                        for kind, by_length in self._probes.items()
+                        for length, probes in by_length.items() for probe in probes)
+        return sorted(rows, key=lambda row: [str(part) for part in row])
+
+    def load(self, rows: Iterable[Sequence[Any]]) -> None:
+        """Add the rows ``export`` gave (in memory only). Raises ``CallgateError`` on a row
+        that is not one."""
+        with self._lock:
+            for row in rows:
+                try:
+                    if row[0] == "h":
+                        self._hashes.setdefault(str(row[1]), {}).setdefault(
+                            int(row[2]), {})[bytes.fromhex(str(row[3]))] = str(row[4])
+                    elif row[0] == "p":
+                        self._probes.setdefault(str(row[1]), {}).setdefault(
+                            int(row[2]), set()).add(int(row[3]))
+                    else:
+                        raise ValueError(f"unknown row tag {row[0]!r}")
+                except (IndexError, TypeError, ValueError) as exc:
+                    raise CallgateError(f"not a fingerprint row: {exc}") from exc
 
     def add(self, kind: str, text: str, origin: str) -> int:
         """Remember ``text`` under ``kind``, also reversed, ROT13-ed and both (the forms an

@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 from callgate._errors import AuditError, CallgateError, Denied, PolicyError, Problem
 from callgate._model import Decision, Reason, Status, TaintLabel, ToolCall, ToolResult, Witness
 from callgate.audit import AuditStore
-from callgate.guards import Guard, build_guards
+from callgate.guards import Guard, GuardSettings, build_guards
 from callgate.kernel._approvals import ApprovalHandler, ask
 from callgate.kernel._behavior import (
     CLASS_RISK,
@@ -51,6 +51,7 @@ from callgate.kernel._behavior import (
 )
 from callgate.kernel._capabilities import CapabilityToken, RateLimiter, check_grants, issue_token
 from callgate.kernel._declare import check_declaration, tool_decorator
+from callgate.kernel._recording import decision_recording, guard_state_recording, run_recording
 from callgate.kernel._registry import Executor, ToolRegistry
 from callgate.kernel._rules import RuleSet
 from callgate.kernel._runstate import READ_ONLY_ACTIONS, RunState
@@ -140,7 +141,9 @@ class Kernel:
     ``policy`` is a ``Policy`` (or anything with a ``.policy`` attribute, such as a loaded file);
     ``working_dir`` defaults to the policy's ``working_dir``, then the current directory.
     ``guards`` defaults to the content guards the policy's ``guards`` section configures (all on
-    when it is absent); ``guard_state`` is a SQLite file where they remember secrets across runs.
+    when it is absent); ``GuardSettings`` builds them from other settings; a list of guard
+    objects is used as given (a run whose guards are objects cannot be replayed).
+    ``guard_state`` is a SQLite file where they remember secrets across runs.
     ``decision_deadline_s`` bounds each decision, measured on ``timer`` (monotonic seconds).
     ``resume`` is a ``suspend()`` snapshot of run ``run_id`` under the same policy: the kernel
     goes on with that run (in the audit log too) instead of starting a new one.
@@ -150,7 +153,8 @@ class Kernel:
                  = None, working_dir: str | os.PathLike[str] | None = None,
                  approval_handler: ApprovalHandler | None = None, approval_timeout_s: float = 60.0,
                  run_id: str | None = None, clock: Callable[[], float] = time.time,
-                 guards: Sequence[Guard] | None = None, guard_state: str | None = None,
+                 guards: Sequence[Guard] | GuardSettings | None = None,
+                 guard_state: str | None = None,
                  decision_deadline_s: float = DEFAULT_DECISION_DEADLINE_S,
                  timer: Callable[[], float] = time.monotonic, resume: bytes | None = None
                  ) -> None:
@@ -185,7 +189,12 @@ class Kernel:
             flow_statements=flow_statements(self.policy), outputs=self._outputs,
             provenance=uses_provenance(self.policy),
             observation_chars=self.policy.run_state.observation_chars)
-        self._limiter = RateLimiter()
+        # One reading of each clock per decision, recorded beside it so a replay decides on
+        # the same time (the rate limits' windows read the instant, tokens and stamps ``now``).
+        self._now = 0.0
+        self._instant = 0.0
+        self._entry = "check"
+        self._limiter = RateLimiter(self._decision_instant)
         self._tokens = TokenBook()
         self._approval = approval_handler
         self._approval_timeout = approval_timeout_s
@@ -195,12 +204,14 @@ class Kernel:
         self._completed: Counter[str] = Counter()
         # Content guards are on unless the caller passes its own list (an empty one turns them
         # off); ``guard_state`` keeps their fingerprints across runs.
-        self._guards = tuple(guards) if guards is not None else tuple(
-            build_guards(self.policy.guards, state_path=guard_state))
+        self._guards, self._guard_source = self._build_guards(guards, guard_state)
+        self._guard_state = guard_state is not None
         self._lock = threading.RLock()
         self._ended = False
         # audit records that failed since the last decision; the next one is denied for them
         self._unaudited: list[str] = []
+        # the raw input of the decision being made, when it was not a valid call (recorded)
+        self._invalid: tuple[object] | None = None
         # calls ``check`` allowed whose results ``report`` may still bring (oldest dropped first)
         self._checked: OrderedDict[str, ToolCall] = OrderedDict()
         # the trace position (last event) of each of those calls, for its reported output
@@ -210,6 +221,16 @@ class Kernel:
                 raise CallgateError("resuming a run needs its run_id")
             restore(self, resume)
         self._audit = self._open_audit(audit, resumed=resume is not None)
+
+    def _build_guards(self, guards: Sequence[Guard] | GuardSettings | None,
+                      state: str | None) -> tuple[tuple[Guard, ...], GuardSettings | str]:
+        """The guards, and where they came from as the log records it (replay rebuilds
+        guards from the policy or from settings, not from objects a caller made)."""
+        if guards is None:
+            return tuple(build_guards(self.policy.guards, state_path=state)), "policy"
+        if isinstance(guards, GuardSettings):
+            return tuple(build_guards(guards, state_path=state)), guards
+        return tuple(guards), "objects"
 
     # -- public API -------------------------------------------------------------------------
 
@@ -232,6 +253,7 @@ class Kernel:
         """Decide a call and record it in the run as attempted. Never raises."""
         with self._lock:
             try:
+                self._begin("check")
                 decision, normalized = self._decide(call)
                 if decision.verdict != "deny":
                     decision = self._assume_ran(normalized, decision)
@@ -252,6 +274,7 @@ class Kernel:
         deny, with ``reason`` first. Never raises."""
         with self._lock:
             try:
+                self._begin("refuse")
                 self._seq += 1
                 validated = self._validate(call)
                 normalized = validated if isinstance(validated, ToolCall) else \
@@ -292,7 +315,7 @@ class Kernel:
                 if result.status == "ok":
                     self._completed[call.tool] += 1
                     self._index_output(seq, result, call, produced)
-                return self._audit_result(result)
+                return self._audit_result(result, produced, "report")
             except Exception as exc:
                 why = self._internal_error("report", call_id, exc)
                 return ToolResult(call_id=call_id, status="error", error=f"internal.error: {why}")
@@ -332,7 +355,7 @@ class Kernel:
         with self._lock:
             try:
                 self._record_system("event", {"action": action, "args": dict(args),
-                                              "taint": list(taint)})
+                                              "taint": list(taint), "output": output})
                 raw: dict[str, Any] = {"action": action, "args": dict(args), "status": "ok",
                                        "output_source": list(taint)}
                 if output is not None:
@@ -386,6 +409,7 @@ class Kernel:
         """
         with self._lock:
             try:
+                self._begin("mediate")
                 decision, normalized = self._decide(call)
                 if decision.verdict == "require-approval":
                     decision = self._account(self._ask_approval(normalized, decision))
@@ -409,7 +433,9 @@ class Kernel:
         with self._lock:
             self._registry.add(name, policy)
             # Every later audit event carries the hash of the manifest now in force.
-            self._record_system("manifest", {"sha256": self.manifest_hash})
+            self._record_system("manifest", {"sha256": self.manifest_hash, "tool": name,
+                                             "policy": policy.model_dump(mode="json",
+                                                                         by_alias=True)})
 
     def tool(self, name: str | None = None, *, policy: ToolPolicy | None = None,
              tool_class: str | None = None, action: str = "call") -> Callable[[Any], Any]:
@@ -517,7 +543,7 @@ class Kernel:
 
     def _decide(self, raw: ToolCall | Mapping[str, Any]) -> tuple[Decision, ToolCall]:
         self._seq += 1
-        started = self._timer()
+        started = self._instant = self._timer()
         attempted, effects = True, _NO_EFFECTS
         resolved: set[str] = set()  # the canonical paths validation makes, for later steps
         try:
@@ -526,6 +552,7 @@ class Kernel:
                 # an invalid call is denied and counted, but attempts nothing
                 decision = Decision(verdict="deny", reasons=(call_or_reason,))
                 call, attempted = self._placeholder(raw), False
+                self._invalid = (raw,)
             else:
                 call = call_or_reason
                 decision, effects = self._evaluate(call, started, resolved)
@@ -669,10 +696,15 @@ class Kernel:
 
     # -- after the decision -----------------------------------------------------------------
 
-    def _audit_decision(self, call: ToolCall, decision: Decision) -> Decision:
+    def _audit_decision(self, call: ToolCall, decision: Decision, entry: str | None = None
+                        ) -> Decision:
         """``decision`` once it is in the log; if it cannot be, an audited deny saying why."""
+        invalid, self._invalid = self._invalid, None
+        replay = decision_recording(entry or self._entry, self._now, self._instant,
+                                    raw=invalid[0] if invalid else None,
+                                    invalid=invalid is not None)
         failure = self._write("decision", lambda store: store.record_decision(
-            self.run_id, call, decision))
+            self.run_id, call, decision, replay=replay))
         if failure is None:
             return decision
         denied = _denial(call, _deny("audit.write-failed", "audit",
@@ -793,7 +825,7 @@ class Kernel:
         failure = self._observe(call, result)
         if failure is not None:  # what no guard could inspect is not handed back
             result = _withheld(result, f"guard.observe-failed: {failure}")
-        result = self._audit_result(result)
+        result = self._audit_result(result, tuple(produced), "run")
         if result.status == "ok":
             self._completed[call.tool] += 1
         if result.status == "denied":
@@ -801,9 +833,16 @@ class Kernel:
         self._commit(call, decision, result)
         return decision, result
 
-    def _audit_result(self, result: ToolResult) -> ToolResult:
-        """``result`` once it is in the log; if it cannot be, an error result without output."""
-        failure = self._write("result", lambda store: store.record_result(self.run_id, result))
+    def _audit_result(self, result: ToolResult, produced: tuple[TaintLabel, ...] = (),
+                      entry: str = "run") -> ToolResult:
+        """``result`` once it is in the log; if it cannot be, an error result without output.
+
+        Beside it the labels the executor or host gave (``produced``), which replay hands back.
+        """
+        replay = {"entry": entry, "produced": [label.model_dump(mode="json")
+                                               for label in produced]}
+        failure = self._write("result", lambda store: store.record_result(
+            self.run_id, result, replay=replay))
         if failure is None:
             return result
         withheld = _withheld(result, f"audit.write-failed: the result could not be audited "
@@ -815,7 +854,7 @@ class Kernel:
         # The sandbox or an executor's own protection stopped the call: that is a denial, audited
         # and counted like any other, not a successful call with an error string.
         decision = _denial(call, stop_reason(result))
-        decision = self._audit_decision(call, decision)
+        decision = self._audit_decision(call, decision, "stopped")
         self._after_deny()
         return self._account(decision)
 
@@ -852,13 +891,24 @@ class Kernel:
             self._after_deny(capability=True)
             return Decision(verdict="deny", reasons=(result,))
         self._tokens.add(result)
+        self._record_system("capability-issued", {"tool_class": tool_class})
         return result
 
     # -- audit and failures -----------------------------------------------------------------
 
+    def _begin(self, entry: str) -> None:
+        """A new call comes in by ``entry``: read the wall clock once for its whole decision
+        (``_decide`` takes the instant when it starts the deadline)."""
+        self._entry = entry
+        self._now = self._clock()
+        self._invalid = None
+
+    def _decision_instant(self) -> float:
+        return self._instant
+
     def _stamp(self, sequence: int | None = None) -> Stamp:
         return Stamp(self.run_id, self._seq if sequence is None else sequence, self._principal,
-                     self._clock())
+                     self._now)
 
     def _placeholder(self, raw: object, call_id: str | None = None) -> ToolCall:
         """A stand-in for ``raw`` at the current sequence, on the kernel's clock."""
@@ -904,6 +954,10 @@ class Kernel:
             return Decision(verdict="deny", reasons=(
                 _deny("internal.error", "kernel", error_text(exc)),))
 
+    def _recording(self) -> dict[str, Any]:
+        return run_recording(self.policy, deadline_s=self.decision_deadline_s,
+                             guards=self._guard_source, persistent_guards=self._guard_state)
+
     def _open_audit(self, audit: str | os.PathLike[str] | AuditStore | None, *,
                     resumed: bool = False) -> AuditStore | None:
         if audit is None:
@@ -912,12 +966,17 @@ class Kernel:
             store = audit if isinstance(audit, AuditStore) else AuditStore.open(Path(audit))
             if resumed:
                 store.record_system(self.run_id, "run-resumed", {
-                    "manifest_hash": self.manifest_hash, "calls": self._seq})
-                return store
-            store.start_run(self.run_id, principal=self._principal,
-                            policy_name=self.policy.name, manifest_hash=self.manifest_hash,
-                            config={"policy": self.policy.name,
-                                    "working_dir": self.working_dir})
+                    "manifest_hash": self.manifest_hash, "calls": self._seq,
+                    "policy_sha256": self._recording()["policy_sha256"]})
+            else:
+                store.start_run(self.run_id, principal=self._principal,
+                                policy_name=self.policy.name, manifest_hash=self.manifest_hash,
+                                config={"policy": self.policy.name,
+                                        "working_dir": self.working_dir,
+                                        "replay": self._recording()})
+            known = guard_state_recording(self._guards) if self._guard_state else None
+            if known is not None:  # what the guards knew before this process's first call
+                store.record_system(self.run_id, "guard-state", known)
         except CallgateError:
             raise
         except Exception as exc:  # a foreign error (a path it cannot encode, …) at the boundary
