@@ -17,20 +17,21 @@ def policy() -> None:
 
 @policy.command("lint")
 @click.argument("file", type=click.Path(dir_okay=False))
-def policy_lint(file: str) -> None:
-    """Load a policy, report errors (exit 2) and risky patterns (as warnings)."""
-    from callgate.policy._lint import lint_policy
+@click.option("--strict", is_flag=True, help="Fail (exit 1) when there is any warning.")
+def policy_lint(file: str, strict: bool) -> None:
+    """Load a policy, report errors (exit 2), risky patterns and dead rules (as warnings)."""
+    from callgate.policy._lint import dead_rules, lint_policy
 
     loaded = load_cli_policy(file, None)
-    warnings = lint_policy(loaded.policy)
+    warnings = [*(str(p) for p in dead_rules(loaded)), *lint_policy(loaded.policy)]
     for warning in warnings:
         click.echo(f"warning: {warning}")
     p = loaded.policy
     grants = len(p.principal.capabilities) if p.principal else 0
     click.echo(f"ok: {file}: {grants} capabilities, {len(p.rules)} rules, {len(p.tools)} tools, "
                f"{len(p.behavior)} behavior statements, {len(warnings)} warnings")
-
-
+    if strict and warnings:
+        sys.exit(1)
 
 
 @policy.command("test")
