@@ -37,7 +37,7 @@ import yaml
 
 from callgate._errors import CallgateError, Denied
 from callgate.executors._wiring import build_executors
-from callgate.guards import GuardSettings, build_guards
+from callgate.guards import GuardSettings
 from callgate.kernel._kernel import Kernel
 from callgate.policy._loader import LoadedPolicy, parse_policy
 from callgate.policy._settings import ExecutorSettings, HttpSettings
@@ -232,11 +232,11 @@ def _steps(run: Mapping[str, Any], ctx: _Context) -> Iterator[dict[str, Any]]:
 
 
 def run_scenario(path: Path, tmp: Path, server: LocalServer, *,
-                 guards: GuardSettings | None = None) -> Outcome:
+                 guards: GuardSettings | None = None, audit: Path | None = None) -> Outcome:
     """Run one scenario file in ``tmp`` against ``server``; never raises on a denial.
 
     ``guards`` replaces the scenario's (and its policy's) guard settings, e.g. to show what
-    gets through with the guards off.
+    gets through with the guards off; ``audit`` records every run in that audit log.
     """
     data = yaml.safe_load(path.read_text())
     setup = data.get("setup") or {}
@@ -254,23 +254,24 @@ def run_scenario(path: Path, tmp: Path, server: LocalServer, *,
     for number, run in enumerate(data["runs"], start=1):
         loaded = _policy(run.get("policy", data["policy"]), ctx)
         approve = bool(data.get("approve"))
-        if _run(number, run, loaded, ctx, out, settings, guard_settings, tmp, approve):
+        if _run(number, run, loaded, ctx, out, settings, guard_settings, tmp, approve, audit):
             break
     return out
 
 
 def _run(number: int, run: Mapping[str, Any], loaded: LoadedPolicy, ctx: _Context, out: Outcome,
          settings: ExecutorSettings, guard_settings: GuardSettings | None, tmp: Path,
-         approve: bool) -> bool:
+         approve: bool, audit: Path | None = None) -> bool:
     """One run of a scenario; True when a call was denied (the scenario stops there)."""
     work = str(ctx.root / "work")
-    guards = build_guards(guard_settings or loaded.policy.guards,
-                          state_path=str(tmp / "guard-state.db"))
     executors = build_executors(loaded.policy, working_dir=work, settings=settings,
                                 resolver=resolver)
     # ``approve: true`` stands for a human who says yes to what the preset sends for approval.
     handler = (lambda call, decision: True) if approve else None
-    with Kernel(loaded, working_dir=work, guards=guards, approval_handler=handler) as kernel:
+    # the guards as settings (the policy's when None), so a recorded run can be replayed
+    with Kernel(loaded, working_dir=work, guards=guard_settings,
+                guard_state=str(tmp / "guard-state.db"), approval_handler=handler,
+                audit=audit) as kernel:
         for key, executor in executors.items():
             kernel.register_executor(key, executor)
         for index, call in enumerate(_steps(run, ctx), start=1):
