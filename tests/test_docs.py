@@ -31,7 +31,8 @@ PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 FENCE = re.compile(r"(?P<mark><!-- run -->\n)?```(?P<lang>\w*)[^\n]*\n(?P<body>.*?)```", re.S)
 #: YAML blocks that are not policies, by their first line: the command catalog, a manifest
 #: excerpt, a pre-commit configuration and an attack scenario
-NOT_POLICIES = ("curl:", "  tool-permissions:", "repos:", "name: exfil-low-entropy-ping")
+NOT_POLICIES = ("curl:", "  tool-permissions:", "repos:", "name: exfil-low-entropy-ping",
+                "cases:")
 SHELL_BLOCKS = ("console", "bash", "sh", "shell", "")
 
 
