@@ -209,6 +209,7 @@ class AuditStore:
         self._pending: list[_Entry] = []  # records past the index, in order
         self._since_batch = 0  # appends since the last index batch was tried
         self._checkpoint_due = False
+        self._observers: list[Callable[[AuditRecord], None]] = []
 
     @classmethod
     def open(
@@ -473,7 +474,25 @@ class AuditStore:
                 self._since_batch = 0
                 self._index_quietly()
             self._after_append(kind, seq)
+            if self._observers:
+                self._notify(AuditRecord(seq, kind, run_id, str(record["ts"]),
+                                         dict(record["payload"]), digest, str(record["id"])))
             return seq
+
+    def add_observer(self, observer: Callable[[AuditRecord], None]) -> None:
+        """Call ``observer`` with every record this store appends, once it is in the log (an
+        exporter, a live view). An observer that raises is logged and ignored: it never fails
+        an append, so it never changes a decision. Records other writers append are not seen.
+        """
+        with self._lock:
+            self._observers.append(observer)
+
+    def _notify(self, record: AuditRecord) -> None:
+        for observer in self._observers:
+            try:
+                observer(record)
+            except Exception as exc:  # an observer's failure is its own, never the append's
+                log.error("audit observer %r failed on event %d: %s", observer, record.seq, exc)
 
     def _record(self, run_id: str, kind: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         """The envelope of the next event (made under the segment's lock, after taking in)."""

@@ -321,3 +321,83 @@ def _print_event(record: AuditRecord, as_json: bool) -> None:
                 f"{' ' + str(kind) if kind else ''}")
     click.echo(line)
     sys.stdout.flush()
+
+
+# -- export ------------------------------------------------------------------------------------
+
+
+@audit_group.command("export")
+@click.argument("db", type=_file)
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "otlp"]), default="jsonl",
+              show_default=True, help="jsonl: one span a line on stdout (or --output); otlp: "
+                                      "sent to a collector over OTLP/HTTP.")
+@click.option("--endpoint", default=None,
+              help="OTLP/HTTP traces URL (default http://127.0.0.1:4318/v1/traces).")
+@click.option("--run", "run_id", default=None, help="Only this run.")
+@click.option("--output", type=_file, default=None, help="Write the jsonl spans to this file.")
+@click.option("--include-arguments", is_flag=True,
+              help="Put each call's arguments (and the reason messages, which quote them) in "
+                   "its span.")
+@click.option("--include-outputs", is_flag=True, help="Put each call's output in its span.")
+def export_command(db: str, fmt: str, endpoint: str | None, run_id: str | None,
+                   output: str | None, include_arguments: bool, include_outputs: bool) -> None:
+    """Export every decided call as an OpenTelemetry span (GenAI conventions), with its place
+    in the audit chain; arguments and outputs are redacted unless asked for."""
+    from callgate.audit._export import export_spans
+
+    if fmt == "jsonl" and endpoint is not None:
+        fail("error: --endpoint is for --format otlp")
+    if fmt == "otlp" and output is not None:
+        fail("error: --output is for --format jsonl")
+    with _read_log(db) as store:
+        try:
+            if run_id is not None and not store.records(run_id):
+                fail(f"error: the audit log has no run {run_id!r}")
+            spans = list(export_spans(store, run_id=run_id, include_arguments=include_arguments,
+                                      include_outputs=include_outputs))
+        except CallgateError as exc:
+            fail(f"error: {exc}")
+    if fmt == "jsonl":
+        text = "".join(json.dumps(s.to_json(), sort_keys=True, ensure_ascii=False) + "\n"
+                       for s in spans)
+        if output is None:
+            click.echo(text, nl=False)
+        else:
+            Path(output).write_text(text, encoding="utf-8")
+        return
+    try:
+        from callgate.audit._otel import DEFAULT_ENDPOINT, send_spans
+
+        target = endpoint or DEFAULT_ENDPOINT
+        sent = send_spans(spans, target)
+    except CallgateError as exc:
+        fail(f"error: {exc}")
+    click.echo(f"sent {sent} spans to {target}")
+
+
+@audit_group.command("check-export")
+@click.argument("db", type=_file)
+@click.argument("spans", type=_file)
+def check_export_command(db: str, spans: str) -> None:
+    """Check exported spans (jsonl) against the log: each span's callgate.audit.seq and
+    callgate.audit.hash must be the log's; exit 1 naming each span that differs."""
+    from callgate.audit._export import check_spans
+
+    try:
+        lines = Path(spans).read_text(encoding="utf-8").splitlines()
+        parsed = [json.loads(line) for line in lines if line.strip()]
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        fail(f"error: cannot read spans from {display(spans)}: {exc}")
+    if not all(isinstance(span, dict) for span in parsed):
+        fail(f"error: {display(spans)} holds a line that is not a span object")
+    with _read_log(db) as store:
+        try:
+            count, problems = check_spans(store, parsed)
+        except CallgateError as exc:
+            fail(f"error: {exc}")
+    for problem in problems:
+        click.echo(problem)
+    if problems:
+        click.echo(f"BROKEN: {len(problems)} of {count} spans do not match the log")
+        sys.exit(1)
+    click.echo(f"ok: {count} spans match the log (sequence and hash of each record)")

@@ -40,9 +40,12 @@ keys_option = click.option("--keys", "keys", required=True, type=click.Path(dir_
 @click.option("--approval-ttl", type=float, default=300.0, show_default=True,
               help="Seconds a pending approval stays open.")
 @click.option("--allow-remote", is_flag=True, help="Listen on a non-loopback address.")
+@click.option("--otlp-endpoint", default=None,
+              help="Also send each decided call as an OpenTelemetry span to this OTLP/HTTP "
+                   "traces URL (the otel extra; arguments and outputs redacted).")
 def serve_command(policy: str, keys: str, audit: str | None, listen: str | None,
                   unix: str | None, state_dir: str | None, working_dir: str | None,
-                  approval_ttl: float, allow_remote: bool) -> None:
+                  approval_ttl: float, allow_remote: bool, otlp_endpoint: str | None) -> None:
     """Serve the kernel over HTTP: the sidecar every tool call of an agent goes through."""
     if listen is not None and unix is not None:
         fail("give at most one of --listen and --unix")
@@ -56,7 +59,7 @@ def serve_command(policy: str, keys: str, audit: str | None, listen: str | None,
         sys.exit(serve(loaded, policy_path=policy, keys=keys, listen=listen, unix=unix,
                        audit=audit, state_dir=state_dir, working_dir=wd,
                        approval_ttl_s=approval_ttl, allow_remote=allow_remote,
-                       executors=executors))
+                       executors=executors, otlp_endpoint=otlp_endpoint))
     except CallgateError as exc:
         fail(f"error: {exc}")
 

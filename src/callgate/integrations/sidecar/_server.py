@@ -49,9 +49,11 @@ def serve(loaded: LoadedPolicy, *, policy_path: str, keys: str, listen: str | No
           unix: str | None = None, audit: str | None = None, state_dir: str | None = None,
           working_dir: str | None = None, approval_ttl_s: float = 300.0,
           allow_remote: bool = False, graceful_s: float = 10.0,
-          executors: Mapping[str, ExecutorFn] | None = None) -> int:
+          executors: Mapping[str, ExecutorFn] | None = None,
+          otlp_endpoint: str | None = None) -> int:
     """Serve until stopped; returns the exit status. ``executors`` run ``/v1/execute`` calls
-    (``callgate serve`` builds them from the policy's grants)."""
+    (``callgate serve`` builds them from the policy's grants); with ``otlp_endpoint`` every
+    decided call is also sent there as an OpenTelemetry span (``callgate.audit._otel``)."""
     import uvicorn
 
     policy_bytes = Path(policy_path).read_bytes()
@@ -60,6 +62,12 @@ def serve(loaded: LoadedPolicy, *, policy_path: str, keys: str, listen: str | No
     sidecar = Sidecar(loaded, policy_bytes=policy_bytes, keys=KeyRing(keys), state_dir=state,
                       audit=audit, working_dir=working_dir, approval_ttl_s=approval_ttl_s,
                       executors=executors)
+    exporter = None
+    if otlp_endpoint is not None:
+        from callgate.audit._otel import OtlpExporter
+
+        exporter = OtlpExporter(otlp_endpoint)
+        sidecar.audit.add_observer(exporter)
     app = build_app(sidecar, policy_path=os.path.abspath(policy_path))
     options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "on",
                                "timeout_graceful_shutdown": graceful_s}
@@ -88,6 +96,8 @@ def serve(loaded: LoadedPolicy, *, policy_path: str, keys: str, listen: str | No
 
     server = _Server(uvicorn.Config(app, **options))
     server.run()
+    if exporter is not None:
+        exporter.shutdown()
     if unix is not None:
         Path(unix).unlink(missing_ok=True)
     return 0
