@@ -33,6 +33,8 @@ LAYERS: dict[str, set[str]] = {
     "testing": {"base", "kernel", "policy", "temporal", "audit"},
     # policy tests: cases run on a fresh kernel, and pinned from a recorded run
     "policytest": {"base", "kernel", "policy", "audit"},
+    # replay: a recorded run through a fresh kernel, its guards rebuilt from settings
+    "replay": {"base", "kernel", "policy", "audit", "guards"},
     "executors": {"base", "abstraction", "matchers", "policy", "sandbox"},
     "integrations": {"base", "kernel", "policy", "audit", "temporal", "abstraction"},
     # measuring detection on recorded runs: the abstraction and the language, no kernel
@@ -41,7 +43,7 @@ LAYERS: dict[str, set[str]] = {
     "client": {"base", "temporal", "integrations"},
     "cli": {"base", "abstraction", "matchers", "temporal", "policy", "audit", "guards",
             "sandbox", "manifest", "kernel", "executors", "integrations", "evaluation",
-            "client", "policytest"},
+            "client", "policytest", "replay"},
     "facade": {"base", "kernel", "policy"},  # callgate/__init__.py
     # the program's entry: the Claude Code hook's fast path, else the command line
     "entry": {"integrations", "cli"},
