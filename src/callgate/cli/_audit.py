@@ -206,7 +206,7 @@ def _render_run(run: Any) -> None:
     table = Table()
     for name in ("seq", "call", "verdict", "by", "why", "witness", "taint in→out",
                  "decide ms", "run ms"):
-        table.add_column(name, overflow="fold",
+        table.add_column(name, overflow="fold", no_wrap=name not in ("call", "why", "witness"),
                          justify="right" if name in ("seq", "decide ms", "run ms") else "left")
     for c in run.calls:
         call = c.call
