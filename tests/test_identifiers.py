@@ -4,7 +4,7 @@ for one."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from callgate._identifiers import MAX_IDENTIFIERS, identifiers, normal_identifier
@@ -46,6 +46,7 @@ _LABEL = st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True)
 
 @given(st.lists(_LABEL, min_size=2, max_size=4), st.sampled_from(["com", "org", "io", "net"]),
        st.sampled_from(["", "http://", "https://", "HTTPS://"]), st.booleans(), st.booleans())
+@example(["a", "sh"], "com", "", False, False)  # a label that is a file ending: a.sh.com
 def test_a_normal_form_is_its_own_normal_form(labels: list[str], tld: str, scheme: str,
                                              upper: bool, slash: bool) -> None:
     host = ".".join([*labels, tld])
@@ -53,3 +54,9 @@ def test_a_normal_form_is_its_own_normal_form(labels: list[str], tld: str, schem
     normal = normal_identifier(written)
     assert normal == host
     assert normal_identifier(normal) == normal and identifiers(normal) == [normal]
+
+
+def test_a_host_whose_inner_label_is_a_file_ending_is_one_host_and_a_file_name_is_a_file() -> None:
+    assert identifiers("mail a.sh.com or docs.pdf.example.org") == ["a.sh.com",
+                                                                    "docs.pdf.example.org"]
+    assert identifiers("run a.sh, then read report.txt.") == ["a.sh", "report.txt"]

@@ -44,7 +44,7 @@ _FILE = (r"[A-Za-z0-9][A-Za-z0-9_.-]*\.(?:"
          + "|".join(sorted(_FILE_ENDINGS, key=len, reverse=True)) + r")")
 _FIND = re.compile(
     rf"(?P<email>(?<![\w.%+-]){_EMAIL})|(?P<iban>\b{_IBAN}\b)"
-    rf"|(?P<file>(?<![\w@./-])(?i:{_FILE})(?![\w/-]))|(?P<url>(?<![\w@.-]){_URL})"
+    rf"|(?P<file>(?<![\w@./-])(?i:{_FILE})(?![\w/-]|\.\w))|(?P<url>(?<![\w@.-]){_URL})"
     rf"|(?P<phone>(?<![\w+]){_PHONE}(?!\w))")
 _WHOLE = {
     "email": re.compile(_EMAIL),
