@@ -19,6 +19,12 @@ system-deps:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap firejail >/dev/null; \
 		else echo "note: bubblewrap/firejail missing and not root; sandbox tests will be skipped"; fi; \
 	fi
+	@# PostgreSQL server binaries (initdb, pg_ctl) for the PostgreSQL store's tests
+	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+		else echo "note: PostgreSQL missing and not root; its tests will fail"; fi; \
+	fi
 
 # The real Claude Code CLI for the integration tests (pinned; npm and node are prerequisites).
 CLAUDE_CODE_VERSION := 2.1.328

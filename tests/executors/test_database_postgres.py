@@ -1,19 +1,7 @@
-"""The database executor against a throwaway PostgreSQL 15 cluster on 127.0.0.1.
-
-The cluster is created with ``initdb`` in a temporary directory and stopped afterwards. When
-the binaries are missing the tests are skipped with that reason; as root, the server runs as
-the ``postgres`` system user (PostgreSQL refuses to run as root).
-"""
+"""The database executor against a throwaway PostgreSQL cluster on 127.0.0.1 (the session's,
+``tests/postgres.py``)."""
 
 from __future__ import annotations
-
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -21,62 +9,18 @@ from callgate import ToolResult
 from callgate.executors import DatabaseExecutor
 from callgate.executors._result import Refusal
 from callgate.testing import tool_call as make_call
-
-BIN = Path("/usr/lib/postgresql/15/bin")
-
-
-def _as_server_user() -> list[str]:
-    if os.geteuid() != 0:
-        return []
-    runuser = shutil.which("runuser")
-    if runuser is None:
-        pytest.skip("running as root without runuser: cannot start PostgreSQL as another user")
-    try:
-        import pwd
-
-        pwd.getpwnam("postgres")
-    except KeyError:
-        pytest.skip("running as root and no 'postgres' user to run PostgreSQL as")
-    return [runuser, "-u", "postgres", "--"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.postgres import Cluster
 
 
 @pytest.fixture(scope="module")
-def pg_dsn() -> Iterator[str]:
-    if not (BIN / "initdb").exists() or not (BIN / "pg_ctl").exists():
-        pytest.skip(f"PostgreSQL 15 binaries not found under {BIN}")
-    try:
-        import psycopg  # noqa: F401 - optional dependency
-    except ImportError:
-        pytest.skip("psycopg is not installed")
-    prefix = _as_server_user()
-    base = Path(tempfile.mkdtemp(prefix="callgate-pg-"))
-    data = base / "data"
-    if prefix:
-        shutil.chown(base, "postgres")
-    port = _free_port()
-    run = lambda *args: subprocess.run(  # noqa: E731 - a one-line runner
-        [*prefix, *args], check=True, capture_output=True, timeout=60
-    )
-    try:
-        run(str(BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
-        options = f"-k {base} -p {port} -c listen_addresses=127.0.0.1 -F"
-        run(str(BIN / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(base / "log"),
-            "-w", "start")
-    except (subprocess.SubprocessError, OSError) as exc:
-        shutil.rmtree(base, ignore_errors=True)
-        pytest.skip(f"could not start a PostgreSQL cluster: {exc}")
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*prefix, str(BIN / "pg_ctl"), "-D", str(data), "-m", "immediate",
-                        "stop"], capture_output=True, timeout=60, check=False)
-        shutil.rmtree(base, ignore_errors=True)
+def pg_dsn(postgres: Cluster) -> str:
+    """A database of this module's own in the session's cluster."""
+    import psycopg
+
+    with psycopg.connect(postgres.url, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS executor_test")
+        conn.execute("CREATE DATABASE executor_test")
+    return postgres.url.rsplit("/", 1)[0] + "/executor_test"
 
 
 @pytest.fixture(scope="module")
