@@ -19,6 +19,11 @@ system-deps:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap firejail >/dev/null; \
 		else echo "note: bubblewrap/firejail missing and not root; sandbox tests will be skipped"; fi; \
 	fi
+	@if ! command -v systemd-analyze >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null; \
+		else echo "note: systemd-analyze missing and not root; the unit's verify test will be skipped"; fi; \
+	fi
 	@# PostgreSQL server binaries (initdb, pg_ctl) for the PostgreSQL store's tests
 	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
