@@ -28,6 +28,9 @@ keys_option = click.option("--keys", "keys", required=True, type=click.Path(dir_
 @keys_option
 @click.option("--audit", "audit", type=click.Path(dir_okay=False),
               help="SQLite audit log (default: audit.db in the state directory).")
+@click.option("--store", "store", default=None, metavar="URL",
+              help="postgresql://… : runs, approvals and the receipt key shared with every "
+                   "sidecar given this URL, a run's decisions serialised across them.")
 @click.option("--listen", default=None, help="HOST:PORT to listen on (default 127.0.0.1:8787).")
 @click.option("--unix", type=click.Path(dir_okay=False), default=None,
               help="Listen on this Unix socket instead.")
@@ -43,12 +46,15 @@ keys_option = click.option("--keys", "keys", required=True, type=click.Path(dir_
 @click.option("--otlp-endpoint", default=None,
               help="Also send each decided call as an OpenTelemetry span to this OTLP/HTTP "
                    "traces URL (the otel extra; arguments and outputs redacted).")
-def serve_command(policy: str, keys: str, audit: str | None, listen: str | None,
+def serve_command(policy: str, keys: str, audit: str | None, store: str | None,
+                  listen: str | None,
                   unix: str | None, state_dir: str | None, working_dir: str | None,
                   approval_ttl: float, allow_remote: bool, otlp_endpoint: str | None) -> None:
     """Serve the kernel over HTTP: the sidecar every tool call of an agent goes through."""
     if listen is not None and unix is not None:
         fail("give at most one of --listen and --unix")
+    if store is not None and not store.startswith(("postgresql://", "postgres://")):
+        fail(f"--store {store!r}: only postgresql://… URLs are known")
     loaded = load_cli_policy(policy, None)
     from callgate.executors._wiring import build_executors
     from callgate.integrations.sidecar._server import serve
@@ -59,7 +65,7 @@ def serve_command(policy: str, keys: str, audit: str | None, listen: str | None,
         sys.exit(serve(loaded, policy_path=policy, keys=keys, listen=listen, unix=unix,
                        audit=audit, state_dir=state_dir, working_dir=wd,
                        approval_ttl_s=approval_ttl, allow_remote=allow_remote,
-                       executors=executors, otlp_endpoint=otlp_endpoint))
+                       executors=executors, otlp_endpoint=otlp_endpoint, store=store))
     except CallgateError as exc:
         fail(f"error: {exc}")
 

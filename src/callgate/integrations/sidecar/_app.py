@@ -317,8 +317,4 @@ def _query_wait(request: Request) -> float:
 
 async def _refuse(sidecar: Sidecar, live: LiveRun, call: dict[str, Any], reason: Reason
                   ) -> Decision:
-    async with live.lock:
-        decision = live.kernel.refuse(call, reason)
-        live.dirty = True
-    sidecar.metrics.decided(decision, 0.0)
-    return decision
+    return await sidecar.refuse(live, call, reason)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from callgate.integrations.sidecar._runs import StateDB
+from callgate.integrations.sidecar._runs import StateStore
 
 __all__ = ["Approval", "ApprovalBook", "Refusal"]
 
@@ -72,11 +72,13 @@ def _row(row: tuple[Any, ...]) -> Approval:
 
 
 class ApprovalBook:
-    """The approvals of one sidecar, in its state database; ``audit(run_id, kind, payload)``
-    records each step. Waiters are woken through ``threading.Event``s (the kernel's approval
-    handler waits on a thread; the HTTP long-poll waits on the event loop)."""
+    """The approvals of one sidecar, in its state database (shared by every sidecar on a
+    PostgreSQL store: a redemption is a conditional UPDATE, so it succeeds once across them);
+    ``audit(run_id, kind, payload)`` records each step. Waiters are woken through
+    ``threading.Event``s (the kernel's approval handler waits on a thread; the HTTP long-poll
+    waits on the event loop), and look the approval up while they wait."""
 
-    def __init__(self, db: StateDB, audit: Audit, clock: Callable[[], float] = time.time
+    def __init__(self, db: StateStore, audit: Audit, clock: Callable[[], float] = time.time
                  ) -> None:
         self._db = db
         self._audit = audit

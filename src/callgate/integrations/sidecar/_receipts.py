@@ -69,9 +69,13 @@ def _key_id(public: bytes) -> str:
 class Signer:
     """The sidecar's receipt key: created once (mode 0600) in its state directory."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        file = Path(path)
-        if file.exists():
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 private: str | None = None) -> None:
+        if private is not None:  # a key kept elsewhere (the shared store), as ``new_private``
+            self._key = Ed25519PrivateKey.from_private_bytes(_unb64(private))
+        elif path is None:
+            raise ValueError("a Signer needs a key file or a private key")
+        elif (file := Path(path)).exists():
             self._key = Ed25519PrivateKey.from_private_bytes(_unb64(file.read_text().strip()))
         else:
             self._key = Ed25519PrivateKey.generate()
@@ -81,6 +85,11 @@ class Signer:
                 out.write(_b64(self._key.private_bytes_raw()) + "\n")
         self.public_key = self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         self.key_id = _key_id(self.public_key)
+
+    @staticmethod
+    def new_private() -> str:
+        """A fresh private key as ``private=`` reads it (URL-safe base64)."""
+        return _b64(Ed25519PrivateKey.generate().private_bytes_raw())
 
     def public_json(self) -> dict[str, str]:
         """The public key as ``GET /v1/keys`` serves it."""

@@ -5,6 +5,10 @@ serialises the run's requests (different runs proceed concurrently). What a run 
 (``Kernel.suspend()``) is written to the state database when the run starts, every
 ``flush_interval`` seconds while it changes, when it ends and when the sidecar stops; a
 restarted sidecar resumes each open run from its row the first time it is asked for it.
+
+Every use of a run's kernel goes through ``Runs.decide_in`` (under the run's ``asyncio.Lock``);
+with a shared store (``_shared.SharedRuns``) that is also where the run is locked across
+processes and its latest state loaded and written.
 """
 
 from __future__ import annotations
@@ -15,14 +19,44 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 from callgate.kernel import Kernel
 
-__all__ = ["LiveRun", "Runs", "StateDB"]
+__all__ = ["Cursor", "LiveRun", "RunEnded", "Runs", "StateDB", "StateStore"]
+
+T = TypeVar("T")
+
+
+class Cursor(Protocol):
+    """What the state's queries need of a cursor (sqlite3's, or the PostgreSQL adaptor)."""
+
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    @property
+    def rowcount(self) -> int: ...
+
+
+class StateStore(Protocol):
+    """A state database: SQLite (``StateDB``) or PostgreSQL (``_pgstate.PgStateDB``)."""
+
+    def cursor(self) -> AbstractContextManager[Cursor]: ...
+
+    def close(self) -> None: ...
+
+
+class RunEnded(LookupError):  # noqa: N818 - a 404 value, as NotFound
+    """The run ended (possibly through another sidecar) or is no longer stored."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -80,6 +114,8 @@ class LiveRun:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     dirty: bool = False
     ended: bool = False
+    #: the stored version this kernel's state is (a shared store: -1 when unknown)
+    version: int = 0
     #: call ids of allowed gateway calls whose results are still to come, oldest first
     awaiting: deque[str] = field(default_factory=lambda: deque(maxlen=1024))
 
@@ -89,9 +125,13 @@ KernelFactory = Callable[[str, str, "bytes | None"], Kernel]
 
 class Runs:
     """The runs of one sidecar. ``make_kernel(run_id, key_name, snapshot)`` builds a kernel
-    (a new run when ``snapshot`` is None). Called from the event loop only."""
+    (a new run when ``snapshot`` is None). Called from the event loop only, except
+    ``decide_in`` with a shared store."""
 
-    def __init__(self, db: StateDB, make_kernel: KernelFactory) -> None:
+    #: whether other processes share the runs (``decide_in`` then blocks: run it on a thread)
+    shared = False
+
+    def __init__(self, db: StateStore, make_kernel: KernelFactory) -> None:
         self._db = db
         self._make = make_kernel
         self._live: dict[str, LiveRun] = {}
@@ -128,6 +168,20 @@ class Runs:
                               (key_name,)).fetchone()
         live = self.get(row[0], key_name) if row is not None else None
         return live if live is not None else self.start(key_name, principal, default=True)
+
+    def decide_in(self, live: LiveRun, work: Callable[[Kernel], T], *, end: bool = False,
+                  write: bool = True) -> T:
+        """``work(kernel)`` on the run's kernel (the caller holds ``live.lock``); with
+        ``end``, the run is ended and forgotten afterwards, else its state marked changed
+        (``write``)."""
+        if live.ended:
+            raise RunEnded(f"run {live.run_id} has ended")
+        result = work(live.kernel)
+        if end:
+            self.end(live)
+        elif write:
+            live.dirty = True
+        return result
 
     def end(self, live: LiveRun) -> None:
         """Mark a run ended (its kernel has judged its obligations) and forget its state."""

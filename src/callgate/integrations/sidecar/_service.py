@@ -9,6 +9,7 @@ responses. No verdict is made here: every one comes from a run's kernel (``check
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
@@ -16,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -31,7 +32,7 @@ from callgate.integrations.sidecar._receipts import (
     call_digest,
     parameters_sha256,
 )
-from callgate.integrations.sidecar._runs import LiveRun, Runs, StateDB
+from callgate.integrations.sidecar._runs import LiveRun, RunEnded, Runs, StateDB
 from callgate.kernel import Kernel
 from callgate.policy import LoadedPolicy
 
@@ -44,6 +45,7 @@ SIDECAR_RUN = "callgate-sidecar"
 
 
 ExecutorFn = Callable[[ToolCall], ToolResult]
+T = TypeVar("T")
 
 
 def decision_json(decision: Decision) -> dict[str, Any]:
@@ -61,13 +63,16 @@ class NotFound(Exception):  # noqa: N818 - an HTTP 404 value
 
 class Sidecar:
     """Everything one ``callgate serve`` process holds. Its async methods run on the event
-    loop; a run's kernel is only used under that run's lock."""
+    loop; a run's kernel is only used under that run's lock (``_in_run``). With ``store`` (a
+    ``postgresql://`` URL) runs, approvals and the receipt key are shared with every sidecar
+    given the same URL, and a run's decisions are serialised across them."""
 
     def __init__(self, loaded: LoadedPolicy, *, policy_bytes: bytes, keys: KeyRing,
                  state_dir: str | os.PathLike[str], audit: str | os.PathLike[str] | None = None,
                  working_dir: str | os.PathLike[str] | None = None,
                  approval_ttl_s: float = 300.0, flush_interval_s: float = 2.0,
-                 executors: Mapping[str, ExecutorFn] | None = None) -> None:
+                 executors: Mapping[str, ExecutorFn] | None = None,
+                 store: str | None = None) -> None:
         self.loaded = loaded
         self.policy_sha256 = hashlib.sha256(policy_bytes).hexdigest()
         policy = loaded.policy
@@ -78,11 +83,21 @@ class Sidecar:
         self.keys = keys
         self.approval_ttl_s = approval_ttl_s
         self.flush_interval_s = flush_interval_s
-        self.audit = AuditStore.open(Path(audit) if audit else self.state_dir / "audit.db")
-        self.db = StateDB(self.state_dir / "state.db")
-        self.signer = Signer(self.state_dir / "receipt-key")
-        self.approvals = ApprovalBook(self.db, self.record)
-        self.runs = Runs(self.db, self._make_kernel)
+        self.audit = _open_audit(audit, store, self.state_dir)
+        if store is not None:
+            from callgate.integrations.sidecar._pgstate import PgStateDB
+            from callgate.integrations.sidecar._shared import SharedRuns
+
+            shared = PgStateDB(store)
+            self.db: StateDB | PgStateDB = shared
+            self.signer = Signer(private=shared.receipt_key(Signer.new_private()))
+            self.approvals = ApprovalBook(shared, self.record)
+            self.runs: Runs = SharedRuns(shared, self._make_kernel)
+        else:
+            self.db = StateDB(self.state_dir / "state.db")
+            self.signer = Signer(self.state_dir / "receipt-key")
+            self.approvals = ApprovalBook(self.db, self.record)
+            self.runs = Runs(self.db, self._make_kernel)
         self.metrics = Metrics(self.runs.open_count, lambda: len(self.approvals.list("pending")))
         #: the executors ``execute`` runs calls with (built from the policy by the caller)
         self.executors: dict[str, ExecutorFn] = dict(executors or {})
@@ -125,18 +140,30 @@ class Sidecar:
             raise NotFound(f"no open run {run_id} for this key")
         return live
 
+    async def _in_run(self, live: LiveRun, work: Callable[[Kernel], T], *, end: bool = False,
+                      write: bool = True, blocking: bool = False) -> T:
+        """``work(kernel)`` under the run's lock: this process's, and with a shared store the
+        run's row lock, its latest state loaded and the new one committed before this returns.
+        ``blocking`` work runs on a thread even without a shared store."""
+        async with live.lock:
+            try:
+                if self.runs.shared or blocking:
+                    return await anyio.to_thread.run_sync(functools.partial(
+                        self.runs.decide_in, live, work, end=end, write=write))
+                return self.runs.decide_in(live, work, end=end, write=write)
+            except RunEnded as exc:
+                raise NotFound(str(exc)) from exc
+
     async def end_run(self, live: LiveRun) -> list[dict[str, Any]]:
         """End the run: its open obligations judged and returned as violations."""
-        async with live.lock:
-            violations = live.kernel.end_run()
-            self.runs.end(live)
+        violations = await self._in_run(live, lambda kernel: kernel.end_run(), end=True)
         return [{"statement": v.statement, "enforce": v.enforce, "events": list(v.events),
                  "message": v.message, "kind": v.kind} for v in violations]
 
     async def open_obligations(self, live: LiveRun) -> list[dict[str, Any]]:
         """What ``end_run`` would report now."""
-        async with live.lock:
-            violations = live.kernel.open_obligations()
+        violations = await self._in_run(live, lambda kernel: kernel.open_obligations(),
+                                        write=False)
         return [{"statement": v.statement, "enforce": v.enforce, "events": list(v.events),
                  "message": v.message, "kind": v.kind} for v in violations]
 
@@ -148,11 +175,9 @@ class Sidecar:
         ``wait_s`` the answer is awaited. With ``approval_id``, redeem that approval instead."""
         if approval_id is not None:
             return await self._redeem(live, call, approval_id)
-        async with live.lock:
-            started = time.perf_counter()
-            decision = live.kernel.check(call)
-            checked = self._as_checked(live.kernel, call)
-            live.dirty = True
+        started = time.perf_counter()
+        decision, checked = await self._in_run(
+            live, lambda kernel: (kernel.check(call), self._as_checked(kernel, call)))
         self.metrics.decided(decision, time.perf_counter() - started)
         answer = self._answer(live, decision, call, checked)
         if decision.verdict != "require-approval":
@@ -209,11 +234,13 @@ class Sidecar:
 
     async def _refuse(self, live: LiveRun, call: dict[str, Any], checked: dict[str, Any],
                       reason: Reason) -> dict[str, Any]:
-        async with live.lock:
-            decision = live.kernel.refuse(call, reason)
-            live.dirty = True
+        return self._answer(live, await self.refuse(live, call, reason), call, checked)
+
+    async def refuse(self, live: LiveRun, call: Mapping[str, Any], reason: Reason) -> Decision:
+        """``Kernel.refuse``: a deny for a reason found before the kernel was asked."""
+        decision = await self._in_run(live, lambda kernel: kernel.refuse(call, reason))
         self.metrics.decided(decision, 0.0)
-        return self._answer(live, decision, call, checked)
+        return decision
 
     def _open_approval(self, identity: Identity, live: LiveRun, decision: Decision,
                        call: Mapping[str, Any], checked: dict[str, Any]) -> Approval:
@@ -259,21 +286,18 @@ class Sidecar:
         id no allowed check of this run gave."""
         from callgate._errors import CallgateError
 
-        async with live.lock:
-            try:
-                result = live.kernel.report(call_id, **fields)
-            except CallgateError as exc:
-                raise NotFound(str(exc)) from exc
-            live.dirty = True
+        try:
+            result = await self._in_run(live, lambda kernel: kernel.report(call_id, **fields))
+        except CallgateError as exc:
+            raise NotFound(str(exc)) from exc
         return {"run_id": live.run_id, "result": result.model_dump(mode="json")}
 
     async def execute(self, live: LiveRun, call: dict[str, Any]) -> dict[str, Any]:
         """``Kernel.mediate`` with the sidecar's own executors (mandatory mediation); an
         approval is asked for through the approvals API while the call waits."""
-        async with live.lock:
-            started = time.perf_counter()
-            decision, result = await anyio.to_thread.run_sync(live.kernel.mediate, call)
-            live.dirty = True
+        started = time.perf_counter()
+        decision, result = await self._in_run(live, lambda kernel: kernel.mediate(call),
+                                              blocking=True)
         self.metrics.decided(decision, time.perf_counter() - started)
         out = decision_json(decision)
         out["call_id"] = decision.call_id
@@ -302,7 +326,7 @@ class Sidecar:
                 call={"tool": call.tool, "tool_class": call.tool_class, "action": call.action,
                       "parameters": call.parameters},
                 reasons=[r.model_dump() for r in decision.reasons], ttl_s=self.approval_ttl_s)
-            self.approvals.event(approval.id).wait(self.approval_ttl_s)
+            self._await_answer(approval.id)
             try:
                 self.approvals.redeem(approval.id, principal=self.principal, run_id=run_id,
                                       call_sha256=digest, policy_sha256=self.policy_sha256)
@@ -312,6 +336,16 @@ class Sidecar:
                 return False
 
         return ask
+
+    def _await_answer(self, approval_id: str) -> None:
+        """Block until the approval leaves ``pending`` (answered here, or through another
+        sidecar sharing the store: it is looked up every quarter second) or expires."""
+        event = self.approvals.event(approval_id)
+        deadline = time.monotonic() + self.approval_ttl_s
+        while not event.wait(0.25) and time.monotonic() < deadline:
+            found = self.approvals.get(approval_id)
+            if found is None or found.state != "pending" or self.stopping.is_set():
+                return
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -339,3 +373,20 @@ class Sidecar:
             self.record(SIDECAR_RUN, "sidecar-stop", {})
             self.db.close()
             self.audit.close()
+
+
+def _open_audit(audit: str | os.PathLike[str] | None, store: str | None, state_dir: Path
+                ) -> AuditStore:
+    """The audit log: ``audit`` (a SQLite file) when given, else the shared store's, else
+    ``audit.db`` in the state directory."""
+    if audit is not None or store is None:
+        return AuditStore.open(Path(audit) if audit else state_dir / "audit.db")
+    try:
+        from callgate.audit import open_store  # type: ignore[attr-defined, unused-ignore]
+    except ImportError as exc:
+        from callgate._errors import AuditError
+
+        raise AuditError("this callgate has no PostgreSQL audit store yet: give --audit FILE "
+                         "(a SQLite log every sidecar on this machine can share)") from exc
+    opened: AuditStore = open_store(store)
+    return opened
