@@ -408,3 +408,78 @@ def test_sidecar_labels_match_service_and_policy() -> None:
             assert selects({"matchLabels": service["spec"]["selector"]}, labels)
             assert selects(sidecar_policy["spec"]["podSelector"], labels)
             assert selects(doc["spec"]["selector"], labels)
+
+
+# ---------------------------------------------------------------- the recipes' argv, started
+
+
+def recipe_args() -> dict[str, list[str]]:
+    [(_, _, container)] = [x for x in sidecar_containers() if "/sqlite/" in x[0]]
+    stage = final_stage()
+    return {"systemd": unit_exec_start()[2:],
+            "docker": exec_form(next(rest for word, rest in reversed(stage) if word == "CMD")),
+            "kubernetes-sqlite": list(container["args"])}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# The Dockerfile's CMD has the Kubernetes recipe's shape (only its paths differ), so two
+# starts cover the three recipes' arguments and keep this file fast.
+@pytest.mark.parametrize("recipe", ["systemd", "kubernetes-sqlite"])
+def test_recipe_arguments_start_a_sidecar(recipe: str, tmp_path: Path) -> None:
+    """The recipe's own arguments, every absolute path moved under a temporary root and the
+    address moved to a free loopback port, start a sidecar that answers /healthz, refuses the
+    placeholder key and stops cleanly on SIGTERM."""
+    import signal
+    import time
+    import urllib.error
+    import urllib.request
+
+    pytest.importorskip("uvicorn")
+    args = recipe_args()[recipe]
+    port = free_port()
+    moved = [f"127.0.0.1:{port}" if a.startswith(("0.0.0.0:", "127.0.0.1:")) else
+             str(tmp_path / a.lstrip("/")) if a.startswith("/") else a for a in args]
+    [config] = kind("ConfigMap")
+    [keys] = [d for d in kind("Secret") if d["metadata"]["name"] == "callgate-sidecar-keys"]
+    for flag, text in (("--policy", config["data"]["policy.yaml"]),
+                       ("--keys", keys["stringData"]["keys.json"])):
+        path = Path(option(moved, flag))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    Path(option(moved, "--working-dir")).mkdir(parents=True, exist_ok=True)
+    script = Path(sys.executable).with_name("callgate")
+    if not script.exists():
+        pytest.skip("no callgate script next to this interpreter")
+    server = subprocess.Popen([str(script), "serve", *moved], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/healthz", timeout=1) as answer:
+                    assert answer.status == 200
+                break
+            except OSError:
+                assert server.poll() is None, server.communicate()[0]
+                assert time.monotonic() < deadline, "no /healthz within 20 s"
+                time.sleep(0.1)
+        request = urllib.request.Request(f"{base}/v1/runs", data=b"{}", method="POST",
+                                         headers={"Authorization": "Bearer PLACEHOLDER-NOT-A-KEY",
+                                                  "Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        refused.value.close()
+        assert refused.value.code == 401
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output = server.communicate(timeout=30)[0]
+    assert server.returncode == 0, output
+    assert Path(option(moved, "--audit")).exists()
