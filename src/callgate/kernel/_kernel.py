@@ -32,12 +32,11 @@ import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NoReturn
 
 from callgate._errors import AuditError, CallgateError, Denied, PolicyError, Problem
 from callgate._model import Decision, Reason, Status, TaintLabel, ToolCall, ToolResult, Witness
-from callgate.audit import AuditStore
+from callgate.audit import AuditLog, open_store
 from callgate.guards import Guard, GuardSettings, build_guards
 from callgate.kernel._approvals import ApprovalHandler, ask
 from callgate.kernel._behavior import (
@@ -149,7 +148,7 @@ class Kernel:
     goes on with that run (in the audit log too) instead of starting a new one.
     """
 
-    def __init__(self, policy: Policy | Any, *, audit: str | os.PathLike[str] | AuditStore | None
+    def __init__(self, policy: Policy | Any, *, audit: str | os.PathLike[str] | AuditLog | None
                  = None, working_dir: str | os.PathLike[str] | None = None,
                  approval_handler: ApprovalHandler | None = None, approval_timeout_s: float = 60.0,
                  run_id: str | None = None, clock: Callable[[], float] = time.time,
@@ -920,7 +919,7 @@ class Kernel:
         if failure is not None:
             self._unaudited.append(f"the {kind} record could not be audited: {failure}")
 
-    def _write(self, what: str, op: Callable[[AuditStore], object]) -> str | None:
+    def _write(self, what: str, op: Callable[[AuditLog], object]) -> str | None:
         """Run one write on the audit store; never raises: the failure, or None."""
         if self._audit is None:
             return None
@@ -958,12 +957,12 @@ class Kernel:
         return run_recording(self.policy, deadline_s=self.decision_deadline_s,
                              guards=self._guard_source, persistent_guards=self._guard_state)
 
-    def _open_audit(self, audit: str | os.PathLike[str] | AuditStore | None, *,
-                    resumed: bool = False) -> AuditStore | None:
+    def _open_audit(self, audit: str | os.PathLike[str] | AuditLog | None, *,
+                    resumed: bool = False) -> AuditLog | None:
         if audit is None:
             return None
         try:
-            store = audit if isinstance(audit, AuditStore) else AuditStore.open(Path(audit))
+            store = open_store(audit) if isinstance(audit, str | os.PathLike) else audit
             if resumed:
                 store.record_system(self.run_id, "run-resumed", {
                     "manifest_hash": self.manifest_hash, "calls": self._seq,
