@@ -1,8 +1,7 @@
 """Several ``callgate serve`` processes over one PostgreSQL database (a fresh one per test).
 
-The sidecars share the state store (``--store``) and one audit log. Until the PostgreSQL audit
-store exists they share a SQLite audit file on this machine (``--audit``; the segment lock
-keeps one chain across processes); each has its own state directory.
+The sidecars share the state store and the audit log (``--store``: both in PostgreSQL); each
+has its own state directory (its guards' store).
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from callgate.audit import AuditLog, open_store
 from tests.integrations.sidecar.conftest import Server, callgate, free_port, make_server
 from tests.postgres import Cluster
 
@@ -66,31 +66,30 @@ class Fleet:
     def approver(self) -> str:
         return self.servers[0].approver
 
-    @property
-    def audit(self) -> Path:
-        return self.root / "audit.db"
 
     def client(self, index: int, key: str | None = None) -> httpx.Client:
         return self.servers[index % len(self.servers)].http(key or self.key)
 
     def records(self, run_id: str) -> list[dict[str, Any]]:
         """The run's audit records, in chain order (kind, payload)."""
-        from callgate.audit import AuditStore
-
-        with AuditStore.open(self.audit, read_only=True) as store:
+        with self.open_audit() as store:
             return [{"kind": r.kind, "payload": r.payload, "seq": r.seq}
                     for r in store.records(run_id)]
 
+    def open_audit(self) -> AuditLog:
+        """The shared audit log, read-only."""
+        return open_store(self.store, read_only=True)
+
     def verify(self) -> str:
-        done = callgate("audit", "verify", str(self.audit))
+        done = callgate("audit", "verify", "--store", self.store)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
 
 def sidecar_args(root: Path, store: str, index: int, port: int) -> list[str]:
     """The command line of sidecar ``index``."""
-    return ["--policy", "policy.yaml", "--keys", "keys.json", "--audit", "audit.db",
-            "--store", store, "--state-dir", f"state-{index}", "--approval-ttl", "30",
+    return ["--policy", "policy.yaml", "--keys", "keys.json", "--store", store,
+            "--state-dir", f"state-{index}", "--approval-ttl", "30",
             "--listen", f"127.0.0.1:{port}"]
 
 

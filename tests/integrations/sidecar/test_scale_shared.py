@@ -107,11 +107,10 @@ def test_an_approval_approved_through_one_sidecar_is_redeemed_once_through_anoth
 
 def test_a_run_ended_through_one_sidecar_is_gone_from_the_others(
         tmp_path: Path, postgres: Cluster) -> None:
-    with fleet(tmp_path, postgres, 2) as f:
-        with f.client(0) as a, f.client(1) as b:
-            run_id = a.post("/v1/runs", json={}).json()["run_id"]
-            assert b.post("/v1/decide", json={"run_id": run_id, "call": get(0)}
-                          ).json()["verdict"] == "allow"
-            assert a.post(f"/v1/runs/{run_id}/end").status_code == 200
-            assert b.post("/v1/decide", json={"run_id": run_id, "call": get(1)}
-                          ).status_code == 404
+    with fleet(tmp_path, postgres, 2) as f, f.client(0) as a, f.client(1) as b:
+        run_id = a.post("/v1/runs", json={}).json()["run_id"]
+        assert b.post("/v1/decide", json={"run_id": run_id, "call": get(0)}
+                      ).json()["verdict"] == "allow"
+        assert a.post(f"/v1/runs/{run_id}/end").status_code == 200
+        assert b.post("/v1/decide", json={"run_id": run_id, "call": get(1)}
+                      ).status_code == 404

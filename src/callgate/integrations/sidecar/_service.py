@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import anyio
 
 from callgate._model import Decision, Reason, ToolCall, ToolResult
-from callgate.audit import AuditStore
+from callgate.audit import AuditLog, AuditStore, open_store
 from callgate.integrations.sidecar._approvals import Approval, ApprovalBook, Refusal
 from callgate.integrations.sidecar._keys import Identity, KeyRing
 from callgate.integrations.sidecar._metrics import Metrics
@@ -92,7 +92,7 @@ class Sidecar:
             self.db: StateDB | PgStateDB = shared
             self.signer = Signer(private=shared.receipt_key(Signer.new_private()))
             self.approvals = ApprovalBook(shared, self.record)
-            self.runs: Runs = SharedRuns(shared, self._make_kernel)
+            self.runs: Runs = SharedRuns(shared, self._make_kernel, self.record)
         else:
             self.db = StateDB(self.state_dir / "state.db")
             self.signer = Signer(self.state_dir / "receipt-key")
@@ -376,17 +376,9 @@ class Sidecar:
 
 
 def _open_audit(audit: str | os.PathLike[str] | None, store: str | None, state_dir: Path
-                ) -> AuditStore:
-    """The audit log: ``audit`` (a SQLite file) when given, else the shared store's, else
-    ``audit.db`` in the state directory."""
+                ) -> AuditLog:
+    """The audit log: ``audit`` (a SQLite file) when given, else the shared store's (one log
+    for every sidecar on it), else ``audit.db`` in the state directory."""
     if audit is not None or store is None:
         return AuditStore.open(Path(audit) if audit else state_dir / "audit.db")
-    try:
-        from callgate.audit import open_store  # type: ignore[attr-defined, unused-ignore]
-    except ImportError as exc:
-        from callgate._errors import AuditError
-
-        raise AuditError("this callgate has no PostgreSQL audit store yet: give --audit FILE "
-                         "(a SQLite log every sidecar on this machine can share)") from exc
-    opened: AuditStore = open_store(store)
-    return opened
+    return open_store(store)

@@ -1,28 +1,38 @@
 """Runs shared by several sidecars over one PostgreSQL: each decision of a run under a row lock.
 
-A run's row holds its latest ``Kernel.suspend()`` snapshot and a version counter. Every use
-of a run's kernel (``decide_in``) is one transaction:
+A run's row holds its latest ``Kernel.suspend()`` snapshot, a version counter and the
+attempt in progress. Every use of a run's kernel (``decide_in``), on one connection:
 
-1. ``SELECT … FOR UPDATE`` the run's row: another sidecar deciding a call of the same run
-   waits here (at most the store's lock timeout, then the call is denied);
+1. ``pg_advisory_lock`` on the run id: another sidecar deciding a call of the same run waits
+   here (at most the store's lock timeout, then the call is denied); the lock is the
+   session's, so a sidecar that dies releases it with its connection;
 2. when the stored version is not the one this sidecar's kernel holds, the kernel is rebuilt
    from the stored snapshot (another sidecar moved the run on; a ``run-resumed`` record);
-3. the kernel decides (its decision is in the audit log before anything executes);
-4. the new snapshot and version are written and the transaction committed;
+3. the attempt (the call number about to be used) is written and committed;
+4. the kernel decides (its decision is in the audit log before anything executes);
+5. the new snapshot and version are written, the attempt cleared, the lock released;
 
-and only then does the caller answer. So the decisions of one run are totally ordered across
-sidecars, and each sees the state every earlier one left. A failure at any step (the store
-unreachable, a lock not obtained in time, a commit that fails) raises: the route answers a
-deny naming it, and this kernel is marked stale so the next use reloads the stored state.
+and only then does the caller answer. An attempt found still set in step 2 is a decision whose
+sidecar died (or lost the store) between 3 and 5: its effects may be missing from the state,
+so the run is quarantined and the gap recorded (``_close_gap``).
+
+So the decisions of one run are totally ordered across sidecars, and each sees the state
+every earlier one left. A failure at any step (the store unreachable, a lock not obtained in
+time, a write that fails) raises: the route answers a deny naming it, and this kernel is marked
+stale so that its next use reloads the stored state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from callgate.integrations.sidecar._pgstate import PgStateDB
+import psycopg
+
+from callgate.integrations.sidecar._pgstate import PgStateDB, SharedStateError
 from callgate.integrations.sidecar._runs import KernelFactory, LiveRun, RunEnded, Runs, T
 from callgate.kernel import Kernel
 
@@ -31,14 +41,25 @@ __all__ = ["SharedRuns"]
 _STALE = -1
 
 
+def _seq_of(kernel: Kernel) -> int:
+    """Calls the kernel has numbered (the last call id's number)."""
+    return int(kernel._seq)
+
+
+def _set_seq(kernel: Kernel, seq: int) -> None:
+    kernel._seq = seq
+
+
 class SharedRuns(Runs):
     """The runs of a sidecar whose state is shared through ``db`` with other sidecars."""
 
     shared = True
 
-    def __init__(self, db: PgStateDB, make_kernel: KernelFactory) -> None:
+    def __init__(self, db: PgStateDB, make_kernel: KernelFactory,
+                 record: Callable[[str, str, Mapping[str, Any]], None]) -> None:
         super().__init__(db, make_kernel)
         self._pg = db
+        self._record = record
 
     def start(self, key_name: str, principal: str, *, default: bool = False) -> LiveRun:
         """A new run owned by ``key_name``, stored at version 1."""
@@ -92,34 +113,69 @@ class SharedRuns(Runs):
         the new state written and committed before this returns. Blocks: call it on a thread.
         """
         try:
-            with self._pg.transaction() as cur:
-                row = cur.execute("SELECT version, snapshot, ended FROM runs WHERE run_id = %s "
-                                  "FOR UPDATE", (live.run_id,)).fetchone()
-                if row is None or row[2] or row[1] is None:
-                    live.ended = True
-                    self._live.pop(live.run_id, None)
-                    raise RunEnded(f"run {live.run_id} has ended")
-                if int(row[0]) != live.version:
-                    live.kernel = self._make(live.run_id, live.key_name, bytes(row[1]))
-                    live.version = int(row[0])
-                result = work(live.kernel)
-                if end:
-                    cur.execute("UPDATE runs SET snapshot = NULL, ended = 1, version = "
-                                "version + 1, updated = %s WHERE run_id = %s",
-                                (time.time(), live.run_id))
-                elif write:
-                    cur.execute("UPDATE runs SET snapshot = %s, version = version + 1, "
-                                "updated = %s WHERE run_id = %s",
-                                (live.kernel.suspend(), time.time(), live.run_id))
-            if end:
-                live.ended = True
-                self._live.pop(live.run_id, None)
-            elif write:
-                live.version += 1
+            with self._pg.connection() as conn:
+                try:
+                    return self._locked(conn, live, work, end=end, write=write)
+                finally:
+                    with contextlib.suppress(psycopg.Error):
+                        if not conn.broken:
+                            conn.execute("SELECT pg_advisory_unlock_all()")
         except BaseException:
-            live.version = _STALE  # whatever the kernel did is not what is stored
+            live.version = _STALE  # whatever the kernel did may not be what is stored
             raise
+
+    def _locked(self, conn: psycopg.Connection[Any], live: LiveRun,
+                work: Callable[[Kernel], T], *, end: bool, write: bool) -> T:
+        run_id = live.run_id
+        try:
+            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (run_id,))
+            row = conn.execute("SELECT version, snapshot, ended, attempt FROM runs WHERE "
+                               "run_id = %s", (run_id,)).fetchone()
+        except psycopg.Error as exc:
+            raise SharedStateError(f"cannot lock run {run_id}: {exc}") from exc
+        if row is None or row[2] or row[1] is None:
+            live.ended = True
+            self._live.pop(run_id, None)
+            raise RunEnded(f"run {run_id} has ended")
+        if int(row[0]) != live.version:
+            live.kernel = self._make(run_id, live.key_name, bytes(row[1]))
+            live.version = int(row[0])
+        if row[3] is not None:
+            self._close_gap(live.kernel, int(row[3]))
+        try:  # the attempt, committed before the kernel decides: a crash after it is seen
+            conn.execute("UPDATE runs SET attempt = %s WHERE run_id = %s",
+                         (_seq_of(live.kernel), run_id))
+        except psycopg.Error as exc:
+            raise SharedStateError(f"cannot write run {run_id}: {exc}") from exc
+        result = work(live.kernel)
+        try:
+            if end:
+                conn.execute("UPDATE runs SET snapshot = NULL, ended = 1, version = version + 1,"
+                             " attempt = NULL, updated = %s WHERE run_id = %s",
+                             (time.time(), run_id))
+                live.ended = True
+                self._live.pop(run_id, None)
+            else:
+                conn.execute("UPDATE runs SET snapshot = %s, version = version + %s, attempt = "
+                             "NULL, updated = %s WHERE run_id = %s",
+                             (live.kernel.suspend() if write else row[1], int(write),
+                              time.time(), run_id))
+                live.version += int(write)
+        except psycopg.Error as exc:
+            raise SharedStateError(f"cannot write run {run_id}: {exc}") from exc
         return result
+
+    def _close_gap(self, kernel: Kernel, attempt: int) -> None:
+        """A sidecar died (or lost the store) after the kernel began deciding and before the
+        state was written: that decision may be in the audit log but not in the state. Its
+        effects are unknown, so the run is quarantined (read-only calls only) and the gap
+        recorded; the call ids go on past the lost one, never reusing it."""
+        _set_seq(kernel, max(_seq_of(kernel), attempt + 1))
+        reason = ("a sidecar stopped while deciding a call of this run, before its state was "
+                  "stored: the run's state may lack that decision's effects")
+        kernel.run_state.enter_quarantine("state-gap", "sidecar.state-gap", reason)
+        self._record(kernel.run_id, "state-gap", {"reason": reason, "next_call": _seq_of(kernel)
+                                                  + 1})
 
     def flush(self) -> int:
         """Nothing to write: every decision wrote its run's state before it was answered."""
