@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from callgate.audit._store import AuditRecord, AuditStore
+from callgate.audit._open import AuditLog
+from callgate.audit._store import AuditRecord
 from callgate.audit._view import CallView, pair_calls, summarize
 
 #: Attribute values are scalars or homogeneous lists of them (OpenTelemetry's rule).
@@ -129,7 +130,7 @@ def spans_of_run(run_id: str, records: list[AuditRecord], *, include_arguments: 
                      include_outputs=include_outputs) for c in pair_calls(records)]
 
 
-def export_spans(store: AuditStore, *, run_id: str | None = None,
+def export_spans(store: AuditLog, *, run_id: str | None = None,
                  include_arguments: bool = False, include_outputs: bool = False
                  ) -> Iterator[SpanData]:
     """The spans of every run of the log (or of ``run_id``), run by run."""
@@ -138,7 +139,7 @@ def export_spans(store: AuditStore, *, run_id: str | None = None,
                                 include_outputs=include_outputs)
 
 
-def check_spans(store: AuditStore, spans: Iterable[Mapping[str, Any]]) -> tuple[int, list[str]]:
+def check_spans(store: AuditLog, spans: Iterable[Mapping[str, Any]]) -> tuple[int, list[str]]:
     """Check exported spans (as :meth:`SpanData.to_json` gives them) against the log: each
     span's ``callgate.audit.seq`` must be a decision of its run whose hash is the span's
     ``callgate.audit.hash`` (and the same for the result it names). Returns how many spans

@@ -22,6 +22,7 @@ from callgate.audit._chain import GENESIS_HASH
 from callgate.audit._files import check_file
 from callgate.audit._keys import display
 from callgate.audit._log import Segment, log_path_for
+from callgate.audit._open import AuditLog
 from callgate.audit._store import AuditRecord, AuditStore
 from callgate.audit._verify import parse_line
 
@@ -205,12 +206,12 @@ def summarize(run_id: str, records: Sequence[AuditRecord]) -> RunSummary:
         events=len(records))
 
 
-def list_runs(store: AuditStore) -> list[RunSummary]:
+def list_runs(store: AuditLog) -> list[RunSummary]:
     """Every run of the log, in the order they started."""
     return [summarize(run_id, store.records(run_id)) for run_id in store.run_ids()]
 
 
-def view_run(store: AuditStore, run_id: str) -> RunView:
+def view_run(store: AuditLog, run_id: str) -> RunView:
     """One run in full; AuditError naming the known runs when there is no such run."""
     records = store.records(run_id)
     if not records:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,10 @@ from callgate._errors import CallgateError
 from callgate.audit._checkpoint import key_id, public_key_of
 from callgate.audit._files import default_anchor_path, default_key_path, verify_file
 from callgate.audit._keys import create_key, display, public_path_for, public_pem, read_public_key
+from callgate.audit._open import AuditLog, is_store_url, open_store
 from callgate.audit._store import AuditRecord, AuditStore
-from callgate.cli._common import fail
+from callgate.audit._verify import VerifyReport
+from callgate.cli._common import audit_target, fail, store_option
 
 _file = click.Path(dir_okay=False)
 
@@ -31,22 +34,30 @@ def audit_group() -> None:
 
 
 @audit_group.command("verify")
-@click.argument("db", type=_file)
+@click.argument("db", type=_file, required=False)
+@store_option
 @click.option("--public-key", type=_file,
               help="Ed25519 public key (PEM, raw or hex); default DB.key.pub when present.")
 @click.option("--anchor", "anchor_path", type=_file,
               help="The anchor file (latest signed checkpoint); default DB.anchor.")
 @click.option("--no-anchor", is_flag=True,
               help="Verify without an anchor (logs written with checkpoints off).")
-def verify_command(db: str, public_key: str | None, anchor_path: str | None,
-                   no_anchor: bool) -> None:
-    """Recompute the chain, the runs and the checkpoints; exit 1 naming the first bad row."""
-    if not Path(db).is_file():
-        fail(f"error: audit log {display(db)} does not exist")
+def verify_command(db: str | None, store_url: str | None, public_key: str | None,
+                   anchor_path: str | None, no_anchor: bool) -> None:
+    """Recompute the chain, the runs and the checkpoints; exit 1 naming the first bad row.
+
+    DB is a SQLite log; ``--store URL`` verifies a PostgreSQL store instead (its anchor is
+    the --anchor file when given, else its anchor row)."""
+    db = _log_target(db, store_url)
     try:
         key = read_public_key(public_key) if public_key else None
-        report = verify_file(db, public_key=key, anchor_path=anchor_path,
-                             require_anchor=not no_anchor)
+        if is_store_url(db):
+            report = _verify_store(db, key, anchor_path, no_anchor)
+        else:
+            if not Path(db).is_file():
+                fail(f"error: audit log {display(db)} does not exist")
+            report = verify_file(db, public_key=key, anchor_path=anchor_path,
+                                 require_anchor=not no_anchor)
     except CallgateError as exc:
         fail(f"error: {exc}")
     if not report.ok:
@@ -57,6 +68,31 @@ def verify_command(db: str, public_key: str | None, anchor_path: str | None,
     signed = "signatures checked" if report.signatures else \
         "signatures not checked (no public key: pass --public-key)"
     click.echo(f"ok: {report.checked} records, chain intact; {anchor}; {signed}")
+
+
+def _log_target(db: str | None, store_url: str | None) -> str:
+    """DB or ``--store URL`` (exactly one; exit 2 otherwise)."""
+    target = audit_target(db, store_url, name="DB")
+    if target is None:
+        fail("error: give the audit log: DB (a SQLite file) or --store URL")
+    return target
+
+
+def _verify_store(url: str, key: bytes | None, anchor_path: str | None,
+                  no_anchor: bool) -> VerifyReport:
+    """Verify a PostgreSQL store (read-only; the anchor file when given, else its row)."""
+    from callgate.audit._anchor import read_anchor
+    from callgate.audit._postgres import PostgresAuditStore
+
+    anchor = None
+    if anchor_path is not None:
+        anchor = read_anchor(anchor_path)
+        if anchor is None:
+            fail(f"error: no anchor at {display(anchor_path)}")
+    store = open_store(url, read_only=True)
+    assert isinstance(store, PostgresAuditStore)
+    with store:
+        return store.verify(public_key=key, anchor=anchor, require_anchor=not no_anchor)
 
 
 @audit_group.command("checkpoint")
@@ -117,11 +153,13 @@ def _console() -> Any:
     return Console(highlight=False, soft_wrap=False)
 
 
-def _read_log(db: str) -> AuditStore:
-    """The log opened read-only, or exit 2 saying why not."""
+def _read_log(db: str) -> AuditLog:
+    """The log (a file or a store URL) opened read-only, or exit 2 saying why not."""
     from callgate.audit._view import open_log
 
     try:
+        if is_store_url(db):
+            return open_store(db, read_only=True)
         return open_log(db)
     except CallgateError as exc:
         fail(f"error: {exc}")
@@ -137,11 +175,13 @@ def _ms(value: float | None) -> str:
 
 
 @audit_group.command("runs")
-@click.argument("db", type=_file)
+@click.argument("db", type=_file, required=False)
+@store_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run, one a line.")
-def runs_command(db: str, as_json: bool) -> None:
+def runs_command(db: str | None, store_url: str | None, as_json: bool) -> None:
     """List the runs of an audit log: principal, policy, start and end, calls, denials,
     quarantine."""
+    db = _log_target(db, store_url)
     from callgate.audit._view import list_runs
 
     with _read_log(db) as store:
@@ -171,12 +211,14 @@ def runs_command(db: str, as_json: bool) -> None:
 
 
 @audit_group.command("show")
-@click.argument("db", type=_file)
+@click.argument("db", type=_file, required=False)
+@store_option
 @click.argument("run_id", metavar="RUN")
 @click.option("--json", "as_json", is_flag=True, help="The run as one JSON object.")
-def show_command(db: str, run_id: str, as_json: bool) -> None:
+def show_command(db: str | None, store_url: str | None, run_id: str, as_json: bool) -> None:
     """Show one run's decided calls: verdict, the rule or statement, the reason, the witness,
     taint, and how long deciding and running took."""
+    db = _log_target(db, store_url)
     from callgate.audit._view import view_run
 
     with _read_log(db) as store:
@@ -248,7 +290,8 @@ def _target(parameters: Any, width: int = 48) -> str:
 
 
 @audit_group.command("tail")
-@click.argument("db", type=_file)
+@click.argument("db", type=_file, required=False)
+@store_option
 @click.option("-n", "--lines", "count", type=click.IntRange(min=0), default=10, show_default=True,
               help="Decisions already in the log to print first.")
 @click.option("-f", "--follow", is_flag=True,
@@ -259,16 +302,15 @@ def _target(parameters: Any, width: int = 48) -> str:
                    "decisions.")
 @click.option("--interval", type=click.FloatRange(min=0.01), default=0.25, show_default=True,
               help="Seconds between two looks at the log with --follow.")
-def tail_command(db: str, count: int, follow: bool, as_json: bool, every_kind: bool,
-                 interval: float) -> None:
+def tail_command(db: str | None, store_url: str | None, count: int, follow: bool,
+                 as_json: bool, every_kind: bool, interval: float) -> None:
     """Print the last decisions of an audit log; with --follow, each new one as it is written.
 
     Reads the log's segment without locking it, so the writer (a kernel, the sidecar, the
-    Claude Code hook) is never held up; never writes to the log.
+    Claude Code hook) is never held up; never writes to the log. A PostgreSQL store
+    (``--store URL``) is polled for events past the last one printed.
     """
     from collections import deque
-
-    from callgate.audit._view import follow as follow_log
 
     backlog: deque[AuditRecord] = deque(maxlen=count)
     caught_up = False
@@ -281,8 +323,9 @@ def tail_command(db: str, count: int, follow: bool, as_json: bool, every_kind: b
                 _print_event(old, as_json)
         return follow
 
+    db = _log_target(db, store_url)
     try:
-        for record in follow_log(db, poll_s=interval, keep_going=keep_going):
+        for record in _follow(db, interval, keep_going):
             if not (every_kind or record.kind == "decision"):
                 continue
             if caught_up:
@@ -293,6 +336,22 @@ def tail_command(db: str, count: int, follow: bool, as_json: bool, every_kind: b
         fail(f"error: {exc}")
     except KeyboardInterrupt:
         return
+
+
+def _follow(db: str, interval: float, keep_going: Callable[[], bool]
+            ) -> Iterator[AuditRecord]:
+    """The records of the log in order, then each new one while ``keep_going()``."""
+    from callgate.audit._view import follow as follow_log
+
+    if not is_store_url(db):
+        yield from follow_log(db, poll_s=interval, keep_going=keep_going)
+        return
+    from callgate.audit._postgres import PostgresAuditStore, wait_for_records
+
+    store = open_store(db, read_only=True)
+    assert isinstance(store, PostgresAuditStore)
+    with store:
+        yield from wait_for_records(store, poll_s=interval, keep_going=keep_going)
 
 
 def _print_event(record: AuditRecord, as_json: bool) -> None:
@@ -327,7 +386,8 @@ def _print_event(record: AuditRecord, as_json: bool) -> None:
 
 
 @audit_group.command("export")
-@click.argument("db", type=_file)
+@click.argument("db", type=_file, required=False)
+@store_option
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "otlp"]), default="jsonl",
               show_default=True, help="jsonl: one span a line on stdout (or --output); otlp: "
                                       "sent to a collector over OTLP/HTTP.")
@@ -339,12 +399,14 @@ def _print_event(record: AuditRecord, as_json: bool) -> None:
               help="Put each call's arguments (and the reason messages, which quote them) in "
                    "its span.")
 @click.option("--include-outputs", is_flag=True, help="Put each call's output in its span.")
-def export_command(db: str, fmt: str, endpoint: str | None, run_id: str | None,
-                   output: str | None, include_arguments: bool, include_outputs: bool) -> None:
+def export_command(db: str | None, store_url: str | None, fmt: str, endpoint: str | None,
+                   run_id: str | None, output: str | None, include_arguments: bool,
+                   include_outputs: bool) -> None:
     """Export every decided call as an OpenTelemetry span (GenAI conventions), with its place
     in the audit chain; arguments and outputs are redacted unless asked for."""
     from callgate.audit._export import export_spans
 
+    db = _log_target(db, store_url)
     if fmt == "jsonl" and endpoint is not None:
         fail("error: --endpoint is for --format otlp")
     if fmt == "otlp" and output is not None:
@@ -376,12 +438,18 @@ def export_command(db: str, fmt: str, endpoint: str | None, run_id: str | None,
 
 
 @audit_group.command("check-export")
-@click.argument("db", type=_file)
-@click.argument("spans", type=_file)
-def check_export_command(db: str, spans: str) -> None:
-    """Check exported spans (jsonl) against the log: each span's callgate.audit.seq and
-    callgate.audit.hash must be the log's; exit 1 naming each span that differs."""
+@click.argument("db_or_spans", metavar="[DB] SPANS", type=_file, nargs=-1, required=True)
+@store_option
+def check_export_command(db_or_spans: tuple[str, ...], store_url: str | None) -> None:
+    """Check exported spans (jsonl) against the log (DB, or --store URL): each span's
+    callgate.audit.seq and callgate.audit.hash must be the log's; exit 1 naming each span that
+    differs."""
     from callgate.audit._export import check_spans
+
+    if len(db_or_spans) > 2:
+        fail("error: give [DB] SPANS")
+    *given, spans = db_or_spans
+    db = _log_target(given[0] if given else None, store_url)
 
     try:
         lines = Path(spans).read_text(encoding="utf-8").splitlines()

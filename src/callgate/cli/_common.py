@@ -36,6 +36,22 @@ policy_option = click.option("--policy", "policy", type=click.Path(dir_okay=Fals
                              help="Policy YAML file.")
 preset_option = click.option("--preset", type=click.Choice(preset_names()),
                              help="A shipped preset instead of a file.")
+#: ``--store URL``: a PostgreSQL audit store (``postgresql://…``) in place of a SQLite file.
+store_option = click.option("--store", "store_url", metavar="URL", default=None,
+                            help="PostgreSQL audit store (postgresql://…) instead of a file.")
+
+
+def audit_target(path: str | None, store_url: str | None, *, name: str = "--audit FILE"
+                 ) -> str | None:
+    """The audit log a command writes or reads: ``--store URL`` or the file, never both
+    (exit 2); a ``--store`` that is not a PostgreSQL URL exits 2 too."""
+    if store_url is None:
+        return path
+    if path is not None:
+        fail(f"error: give {name} or --store URL, not both")
+    if not store_url.startswith(("postgresql://", "postgres://")):
+        fail("error: --store takes a postgresql:// URL (a SQLite log is given as a file)")
+    return store_url
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

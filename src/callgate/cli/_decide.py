@@ -19,6 +19,7 @@ import click
 from callgate._errors import Denied
 from callgate._model import Reason
 from callgate.cli._common import (
+    audit_target,
     deadline_option,
     decide_unreadable,
     decision_json,
@@ -27,6 +28,7 @@ from callgate.cli._common import (
     policy_option,
     preset_option,
     read_json_lines,
+    store_option,
 )
 
 
@@ -34,14 +36,15 @@ from callgate.cli._common import (
 @policy_option
 @preset_option
 @click.option("--audit", "audit_db", type=click.Path(dir_okay=False), help="SQLite audit log.")
+@store_option
 @click.option("--working-dir", type=click.Path(file_okay=False), default=None)
 @deadline_option
 def decide(policy: str | None, preset: str | None, audit_db: str | None,
-           working_dir: str | None, deadline: float) -> None:
+           store_url: str | None, working_dir: str | None, deadline: float) -> None:
     """Decide tool calls read as JSON lines on stdin (one run, in order)."""
     loaded = load_cli_policy(policy, preset, statements=False)
-    kernel = kernel_for(loaded, audit=audit_db, working_dir=working_dir,
-                        decision_deadline_s=deadline)
+    kernel = kernel_for(loaded, audit=audit_target(audit_db, store_url),
+                        working_dir=working_dir, decision_deadline_s=deadline)
     with kernel:
         for _, item in read_json_lines(sys.stdin.buffer):
             decision = decide_unreadable(kernel, item) if isinstance(item, Reason) else \
@@ -54,12 +57,14 @@ def decide(policy: str | None, preset: str | None, audit_db: str | None,
 @preset_option
 @click.option("--tool", required=True, help="The subprocess tool declared under tools:.")
 @click.option("--audit", "audit_db", type=click.Path(dir_okay=False), help="SQLite audit log.")
+@store_option
 @click.option("--backend", type=click.Choice(["auto", "bwrap", "firejail"]), default="auto")
 @click.option("--unconfined", is_flag=True,
               help="Run without an OS sandbox when none is usable (warned about on every run).")
 @deadline_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(policy: str | None, preset: str | None, tool: str, audit_db: str | None, backend: str,
+def exec_(policy: str | None, preset: str | None, tool: str, audit_db: str | None,
+          store_url: str | None, backend: str,
           unconfined: bool, deadline: float, command: tuple[str, ...]) -> None:
     """Run COMMAND as a declared subprocess tool, through the kernel and its OS sandbox.
 
@@ -67,7 +72,8 @@ def exec_(policy: str | None, preset: str | None, tool: str, audit_db: str | Non
     denied the call or the sandbox stopped it.
     """
     loaded = load_cli_policy(policy, preset, statements=False)
-    kernel = kernel_for(loaded, audit=audit_db, decision_deadline_s=deadline)
+    kernel = kernel_for(loaded, audit=audit_target(audit_db, store_url),
+                        decision_deadline_s=deadline)
     with kernel:
         try:
             result = kernel.run_subprocess(tool, list(command), backend=backend,  # type: ignore[arg-type]  # click.Choice

@@ -30,11 +30,13 @@ import click
 from callgate._errors import CallgateError
 from callgate._model import Reason
 from callgate.cli._common import (
+    audit_target,
     deadline_option,
     decide_unreadable,
     decision_json,
     load_cli_policy,
     read_json_lines,
+    store_option,
 )
 from callgate.executors._wiring import build_executors
 from callgate.kernel._kernel import Kernel
@@ -86,19 +88,22 @@ def run_one(kernel: Kernel, number: int, item: dict[str, Any] | Reason) -> str:
 @click.option("--preset", type=click.Choice(preset_names()),
               help="A shipped preset instead of a file.")
 @click.option("--audit", "audit_db", type=click.Path(dir_okay=False), help="SQLite audit log.")
+@store_option
 @click.option("--state", "state", type=click.Path(dir_okay=False),
               help="SQLite file where the guards keep fingerprints across runs.")
 @click.option("--working-dir", type=click.Path(file_okay=False), default=None,
               help="Working directory of the run (default: the policy's, then the current).")
 @deadline_option
 def run_command(policy: str | None, preset: str | None, audit_db: str | None,
+                store_url: str | None,
                 state: str | None, working_dir: str | None, deadline: float) -> None:
     """Execute tool calls read as JSON lines on stdin through the kernel and its executors."""
     loaded = load_cli_policy(policy, preset)
     wd = os.path.realpath(working_dir or loaded.policy.working_dir or os.getcwd())
     try:
         executors = build_executors(loaded.policy, working_dir=wd)
-        kernel = Kernel(loaded, audit=audit_db, working_dir=wd, guard_state=state,
+        kernel = Kernel(loaded, audit=audit_target(audit_db, store_url), working_dir=wd,
+                        guard_state=state,
                         decision_deadline_s=deadline)
     except CallgateError as exc:
         click.echo(f"error: {exc}", err=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from callgate._errors import CallgateError
 from callgate._model import Decision, TaintLabel, ToolResult
-from callgate.audit import AuditRecord, AuditStore, verify_file
+from callgate.audit import AuditRecord, AuditStore, is_store_url, open_store, verify_file
 from callgate.kernel._recording import FORMAT
 from callgate.policy._schema import Policy
 
@@ -116,7 +116,10 @@ class Recording:
 
 def read_recording(path: str | os.PathLike[str], run_id: str, *,
                    require_anchor: bool = True) -> Recording:
-    """Verify the log at ``path`` and read run ``run_id`` for replay. Raises ``ReplayError``."""
+    """Verify the log at ``path`` (a SQLite file or a ``postgresql://`` store URL) and read
+    run ``run_id`` for replay. Raises ``ReplayError``."""
+    if is_store_url(path):
+        return _read_store(str(path), run_id, require_anchor=require_anchor)
     try:
         report = verify_file(path, require_anchor=require_anchor)
     except CallgateError as exc:
@@ -273,3 +276,22 @@ def unmark(value: Any) -> Any:
         return raw.decode("utf-8", str(value.get("encoding", "surrogateescape")))
     raise ReplayError(f"the log kept only part of a value ({value.get('reason', marker)}); "
                       "what the kernel saw is not recorded in full")
+
+
+def _read_store(url: str, run_id: str, *, require_anchor: bool) -> Recording:
+    """``read_recording`` for a PostgreSQL store: verified in one snapshot, then read."""
+    from callgate.audit._postgres import PostgresAuditStore
+
+    try:
+        with open_store(url, read_only=True) as store:
+            assert isinstance(store, PostgresAuditStore)
+            report = store.verify(require_anchor=require_anchor)
+            records = store.records(run_id) if report.ok else []
+    except CallgateError as exc:
+        raise ReplayError(f"cannot read the audit store: {exc}") from exc
+    if not report.ok:
+        raise ReplayError(f"the audit log does not verify, so it is not replayed ({report}); "
+                          f"see `callgate audit verify`")
+    if not records:
+        raise ReplayError(f"the audit log has no run {run_id!r}")
+    return recording_from_records(run_id, records)

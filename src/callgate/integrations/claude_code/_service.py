@@ -31,7 +31,7 @@ from typing import Any
 from callgate._errors import CallgateError
 from callgate._jsonlimits import MAX_JSON_DEPTH as MAX_DEPTH
 from callgate._jsonlimits import nesting_depth
-from callgate.audit import AuditStore
+from callgate.audit import AuditLog, open_store
 from callgate.integrations._refusal import reason_line
 from callgate.integrations.claude_code._sessions import SessionRow, SessionStore, StateError
 from callgate.integrations.claude_code._tools import to_call
@@ -91,7 +91,7 @@ class HookService:
         self.state_dir = Path(state_dir)
         self._store = SessionStore(self.state_dir)
         self._audit_path = self.state_dir / "audit.db"
-        self._audit: AuditStore | None = None
+        self._audit: AuditLog | None = None
         self._live: dict[str, _Live] = {}
         self._policies: dict[tuple[str, int, int], str] = {}
         self._parsed: dict[str, LoadedPolicy] = {}
@@ -285,9 +285,9 @@ class HookService:
             found = self._parsed[sha256] = parse_policy(text, source=sha256[:12])
         return found
 
-    def _audit_store(self) -> AuditStore:
+    def _audit_store(self) -> AuditLog:
         if self._audit is None:
-            self._audit = AuditStore.open(self._audit_path)
+            self._audit = open_store(self._audit_path)
         return self._audit
 
     def _note_unattributed(self, kind: str, payload: Mapping[str, Any]) -> None:

@@ -44,7 +44,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from callgate._errors import CallgateError
 from callgate._model import Decision, Reason
-from callgate.audit import AuditStore
+from callgate.audit import AuditLog, open_store
 from callgate.integrations.mcp._approval import Approvals
 from callgate.integrations.mcp._gate import (
     Gate,
@@ -82,7 +82,7 @@ class Gateway:
         self.own_policies = own_policies(loaded, self.servers)
         self.pins = pins
         # One store for every run of the process: a SQLite log has one writer chain.
-        self.audit = None if audit is None else AuditStore.open(Path(audit))
+        self.audit: AuditLog | None = None if audit is None else open_store(audit)
         self.aggregate = aggregate
         self.working_dir = working_dir
         self.upstreams: dict[str, Upstream] = {}
