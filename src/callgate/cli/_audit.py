@@ -211,14 +211,16 @@ def runs_command(db: str | None, store_url: str | None, as_json: bool) -> None:
 
 
 @audit_group.command("show")
-@click.argument("db", type=_file, required=False)
+@click.argument("db_and_run", metavar="[DB] RUN", nargs=-1, required=True)
 @store_option
-@click.argument("run_id", metavar="RUN")
 @click.option("--json", "as_json", is_flag=True, help="The run as one JSON object.")
-def show_command(db: str | None, store_url: str | None, run_id: str, as_json: bool) -> None:
-    """Show one run's decided calls: verdict, the rule or statement, the reason, the witness,
-    taint, and how long deciding and running took."""
-    db = _log_target(db, store_url)
+def show_command(db_and_run: tuple[str, ...], store_url: str | None, as_json: bool) -> None:
+    """Show one run's decided calls (the log is DB, or --store URL): verdict, the rule or
+    statement, the reason, the witness, taint, and how long deciding and running took."""
+    if len(db_and_run) > 2:
+        fail("error: give [DB] RUN")
+    *given, run_id = db_and_run
+    db = _log_target(given[0] if given else None, store_url)
     from callgate.audit._view import view_run
 
     with _read_log(db) as store:

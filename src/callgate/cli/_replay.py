@@ -16,13 +16,14 @@ import json
 import click
 
 from callgate._errors import CallgateError
-from callgate.cli._common import fail, load_cli_policy, preset_option
+from callgate.cli._common import audit_target, fail, load_cli_policy, preset_option, store_option
 
 
 @click.command("replay")
 @click.argument("trace", required=False, type=click.Path(dir_okay=False))
 @click.option("--audit", "db", type=click.Path(dir_okay=False),
               help="Audit log holding the run.")
+@store_option
 @click.option("--run", "run_id", help="Run id in the audit log (with --audit).")
 @click.option("--policy", "policy_path", type=click.Path(dir_okay=False),
               help="What-if: replay under this policy file instead of the recorded one.")
@@ -31,16 +32,20 @@ from callgate.cli._common import fail, load_cli_policy, preset_option
               help="Verify the log without its anchor (a log written with checkpoints off).")
 @click.option("--verbose", "-v", is_flag=True, help="List every call with its decision.")
 @click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
-def replay_command(trace: str | None, db: str | None, run_id: str | None,
+def replay_command(trace: str | None, db: str | None, store_url: str | None,
+                   run_id: str | None,
                    policy_path: str | None, preset: str | None, no_anchor: bool,
                    verbose: bool, as_json: bool) -> None:
     """Replay a recorded run (--audit DB --run ID, or a TRACE file) and diff its decisions.
+
+    --store URL reads the run from a PostgreSQL audit store instead of --audit DB.
 
     Exit status: 0 every decision is the same, 1 a decision changed, 2 bad input.
     """
     from callgate.replay import ReplayError, read_recording, render, replay
     from callgate.replay._trace import trace_recording
 
+    db = audit_target(db, store_url, name="--audit DB")
     if (trace is None) == (db is None) or (db is not None and run_id is None):
         fail("give --audit DB with --run ID, or a TRACE file")
     other = None
