@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo test test-base lint typecheck system-deps claude-code mcp-servers bench clean
+.PHONY: demo test test-base lint typecheck system-deps claude-code mcp-servers bench soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -79,6 +79,11 @@ test-base: $(BASE_STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
+
+# The crash soak: 200 sidecars killed with SIGKILL mid-decision over one PostgreSQL while
+# clients keep calling (make test runs a short version).
+soak: system-deps $(STAMP)
+	CALLGATE_CRASH_KILLS=200 $(PY) -m pytest -s tests/integrations/sidecar/test_crash.py
 
 clean:
 	rm -rf $(VENV) $(BASE) .cache/claude-code .cache/mcp-servers .mypy_cache .ruff_cache .pytest_cache

@@ -146,6 +146,8 @@ class PgStateDB:
         try:
             yield conn
         except BaseException:
+            if conn.broken:
+                self._drain()  # the server went away: the idle connections are dead too
             conn.close()
             raise
         if conn.closed or conn.broken or self._closed.is_set():
@@ -187,6 +189,9 @@ class PgStateDB:
     def close(self) -> None:
         """Close every pooled connection (connections in use close when returned)."""
         self._closed.set()
+        self._drain()
+
+    def _drain(self) -> None:
         while True:
             try:
                 self._idle.get_nowait().close()
