@@ -45,14 +45,18 @@ def init_group() -> None:
               help="The policy file the hook enforces (default: a copy of the preset).")
 @click.option("--preset", default="coding-agent", show_default=True,
               help="The preset copied when no --policy is given.")
+@click.option("--store", metavar="URL",
+              help="Keep the audit log in this PostgreSQL store (postgresql://…), written into "
+                   "the hook's command; keep its password in ~/.pgpass, not in the URL.")
 @click.option("--uninstall", "remove", is_flag=True, help="Remove exactly what init added.")
 def init_claude_code(directory: str | None, user: bool, policy: str | None, preset: str,
-                     remove: bool) -> None:
+                     store: str | None, remove: bool) -> None:
     """Register callgate's hook for every tool call and session event of Claude Code."""
     settings, state, project = _targets(directory, user)
     try:
         report = uninstall(settings) if remove else install(
-            settings, state, project, policy=Path(policy) if policy else None, preset=preset)
+            settings, state, project, policy=Path(policy) if policy else None, preset=preset,
+            store=store)
     except CallgateError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -88,12 +92,15 @@ def hook_group() -> None:
 @click.option("--defer-allowed", is_flag=True,
               help="Leave allowed calls to Claude Code's own permission prompts.")
 @click.option("--deadline", type=float, help="Seconds to wait for a decision (default 20).")
+@click.option("--store", metavar="URL",
+              help="Keep the audit log in this PostgreSQL store (default: $CALLGATE_STORE, "
+                   "else STATE/audit.db).")
 def hook_claude_code(policy: str | None, state: str | None, directory: str | None,
-                     defer_allowed: bool, deadline: float | None) -> None:
+                     defer_allowed: bool, deadline: float | None, store: str | None) -> None:
     """Read one Claude Code hook event on stdin and print callgate's answer."""
     from callgate.integrations.claude_code._client import main
 
     argv = [f for flag, value in (("--policy", policy), ("--state", state), ("--dir", directory),
-                                  ("--deadline", deadline)) if value is not None
-            for f in (flag, str(value))]
+                                  ("--deadline", deadline), ("--store", store))
+            if value is not None for f in (flag, str(value))]
     sys.exit(main(argv + (["--defer-allowed"] if defer_allowed else [])))

@@ -6,6 +6,10 @@ exits after ``idle_s`` seconds without an event. Sessions are stored after every
 ``_sessions``), so stopping it at any moment loses nothing: the next hook starts a new one, which
 restores each session from its row. The socket lives in a directory only this user can enter.
 
+The audit log is ``STATE_DIR/audit.db``, or the PostgreSQL store named by ``CALLGATE_STORE`` in
+the environment the hook started it with (never on its command line: a URL may hold a password).
+An event whose hook names another store (by digest) is refused, not written elsewhere.
+
 Run as ``python -m callgate.integrations.claude_code._server STATE_DIR [IDLE_SECONDS]``; the hook
 starts it on demand.
 """
@@ -26,10 +30,12 @@ from pathlib import Path
 
 from callgate.integrations.claude_code._client import (
     MAX_PAYLOAD_BYTES,
+    STORE_ENV,
     private_dir,
     receive,
     send,
     socket_path,
+    store_digest,
 )
 
 TYPE_CHECKING = False
@@ -44,7 +50,7 @@ __all__ = ["DEFAULT_IDLE_S", "serve"]
 DEFAULT_IDLE_S = 1800.0
 
 
-def _handle(conn: socket.socket, service: HookService) -> None:
+def _handle(conn: socket.socket, service: HookService, store: str | None) -> None:
     with conn:
         try:
             conn.settimeout(30.0)
@@ -55,6 +61,13 @@ def _handle(conn: socket.socket, service: HookService) -> None:
                 from callgate.integrations.claude_code._service import Answer
 
                 answer = Answer(stderr="callgate: a hook of another version spoke", exit=2)
+            elif header.get("store") != store:
+                from callgate.integrations.claude_code._service import Answer, pre_tool_answer
+
+                reason = (f"callgate: the decision process of {service.state_dir} keeps its "
+                          f"audit log in another store than this hook names; stop it (kill "
+                          f"the pid in daemon.pid) and the next hook starts one for this store")
+                answer = pre_tool_answer("deny", reason, exit_code=2)
             else:
                 oversized = header.get("oversized")
                 answer = service.answer(
@@ -67,8 +80,11 @@ def _handle(conn: socket.socket, service: HookService) -> None:
             log.exception("a hook connection failed")  # the hook then fails closed
 
 
-def serve(state_dir: str, idle_s: float = DEFAULT_IDLE_S) -> int:
+def serve(state_dir: str, idle_s: float = DEFAULT_IDLE_S, store: str | None = None) -> int:
     """Serve hook events for ``state_dir`` until idle; 0 at once if another process does.
+
+    ``store`` is the PostgreSQL URL of the audit log (None: ``state_dir/audit.db``); it is
+    opened with ``callgate.audit.open_store`` on the first event that writes.
 
     The lock is taken before the decision machinery is imported: hooks that find no process
     each start one, and those that lose the race must cost an interpreter start, not the
@@ -99,16 +115,17 @@ def serve(state_dir: str, idle_s: float = DEFAULT_IDLE_S) -> int:
     try:
         from callgate.integrations.claude_code._service import HookService
 
-        service = HookService(state)
+        service = HookService(state, store=store)
         last = time.monotonic()
-        log.info("serving %s on %s", state, path)
+        log.info("serving %s on %s, audit log in %s", state, path, service.audit_where)
         while not stop.is_set() and time.monotonic() - last < idle_s:
             try:
                 conn, _ = listener.accept()
             except TimeoutError:
                 continue
             last = time.monotonic()
-            threading.Thread(target=_handle, args=(conn, service), daemon=True).start()
+            threading.Thread(target=_handle, args=(conn, service, store_digest(store)),
+                             daemon=True).start()
     finally:
         listener.close()
         with contextlib.suppress(FileNotFoundError):
@@ -122,4 +139,4 @@ def serve(state_dir: str, idle_s: float = DEFAULT_IDLE_S) -> int:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     idle = float(sys.argv[2]) if len(sys.argv) > 2 else DEFAULT_IDLE_S
-    sys.exit(serve(sys.argv[1], idle))
+    sys.exit(serve(sys.argv[1], idle, os.environ.pop(STORE_ENV, None) or None))

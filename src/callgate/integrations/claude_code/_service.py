@@ -23,15 +23,17 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from callgate._errors import CallgateError
+from callgate._errors import AuditError, CallgateError
 from callgate._jsonlimits import MAX_JSON_DEPTH as MAX_DEPTH
 from callgate._jsonlimits import nesting_depth
-from callgate.audit import AuditLog, open_store
+from callgate.audit import AuditLog, is_store_url, open_store
+from callgate.audit._keys import display
 from callgate.integrations._refusal import reason_line
 from callgate.integrations.claude_code._sessions import SessionRow, SessionStore, StateError
 from callgate.integrations.claude_code._tools import to_call
@@ -49,6 +51,8 @@ EVENTS = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "UserPromptSubmit",
 MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
 #: Characters of a tool's output kept as its observation.
 OUTPUT_BOUND = 8192
+#: Seconds to wait for a PostgreSQL store to accept a connection (below the hook's deadline).
+STORE_TIMEOUT_S = 5.0
 #: The run that records what came in attached to no session (unreadable payloads).
 HOOK_RUN = "claude-code-hook"
 
@@ -82,20 +86,34 @@ class _Live:
 class HookService:
     """Answers hook events for one state directory; one instance per process, thread-safe.
 
-    ``answer`` takes, besides the payload, ``policy`` (the file new sessions start under),
-    ``project`` (the kernel's working directory; ``None``: the session's ``cwd`` from its first
-    event) and ``defer_allowed`` (leave allowed calls to Claude Code's own permission prompts).
+    ``store`` is where the audit log goes: a PostgreSQL URL (``postgresql://…``), or None for
+    the state directory's ``audit.db``. ``answer`` takes, besides the payload, ``policy`` (the
+    file new sessions start under), ``project`` (the kernel's working directory; ``None``: the
+    session's ``cwd`` from its first event) and ``defer_allowed`` (leave allowed calls to
+    Claude Code's own permission prompts).
     """
 
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, state_dir: str | os.PathLike[str], *, store: str | None = None) -> None:
         self.state_dir = Path(state_dir)
         self._store = SessionStore(self.state_dir)
-        self._audit_path = self.state_dir / "audit.db"
+        if store is not None and not is_store_url(store):
+            raise CallgateError("the hook's audit store must be a postgresql:// URL")
+        self._audit_path: str | Path = store if store is not None else self.state_dir / "audit.db"
         self._audit: AuditLog | None = None
+        self._audit_failed = float("-inf")
         self._live: dict[str, _Live] = {}
         self._policies: dict[tuple[str, int, int], str] = {}
         self._parsed: dict[str, LoadedPolicy] = {}
         self._lock = threading.Lock()
+
+    @property
+    def audit_where(self) -> str:
+        """Where the audit log is, fit to print (a URL without its password)."""
+        if isinstance(self._audit_path, Path):
+            return display(self._audit_path)
+        from callgate.audit._postgres import redact
+
+        return redact(self._audit_path)
 
     # -- the entry point --------------------------------------------------------------------
 
@@ -286,8 +304,19 @@ class HookService:
         return found
 
     def _audit_store(self) -> AuditLog:
+        """The audit log, opened on first use. A PostgreSQL store that cannot be opened is
+        not tried again within a second (the failed event's own note would wait twice)."""
         if self._audit is None:
-            self._audit = open_store(self._audit_path)
+            if isinstance(self._audit_path, Path):
+                self._audit = open_store(self._audit_path)
+                return self._audit
+            if time.monotonic() - self._audit_failed < 1.0:
+                raise AuditError(f"the audit store {self.audit_where} could not be opened")
+            try:
+                self._audit = open_store(self._audit_path, timeout_s=STORE_TIMEOUT_S)
+            except Exception:
+                self._audit_failed = time.monotonic()
+                raise
         return self._audit
 
     def _note_unattributed(self, kind: str, payload: Mapping[str, Any]) -> None:

@@ -52,11 +52,15 @@ def _callgate_program() -> str:
     return os.path.realpath(found) if os.path.exists(found) else found
 
 
-def hook_command(policy: Path, state: Path, project: Path | None) -> dict[str, Any]:
-    """The command hook entry (exec form: no shell between Claude Code and callgate)."""
+def hook_command(policy: Path, state: Path, project: Path | None, store: str | None = None
+                 ) -> dict[str, Any]:
+    """The command hook entry (exec form: no shell between Claude Code and callgate);
+    ``store``: the PostgreSQL URL of the audit log, when it is not the state directory's."""
     args = ["hook", "claude-code", "--policy", str(policy), "--state", str(state)]
     if project is not None:
         args += ["--dir", str(project)]
+    if store is not None:
+        args += ["--store", store]
     return {"type": "command", "command": _callgate_program(), "args": args,
             "timeout": HOOK_TIMEOUT_S, "onFailure": "block"}
 
@@ -133,10 +137,36 @@ def _policy_copy(preset: str) -> str:
             + text)
 
 
+def _check_store(store: str, report: Report) -> None:
+    """Refuse a store that is not a PostgreSQL URL; warn when the URL holds a password (it
+    would sit in the settings file and in the hook's process title)."""
+    from callgate.audit import is_store_url
+
+    if not is_store_url(store):
+        raise CallgateError("--store must be a postgresql:// URL")
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError as exc:
+        raise CallgateError("a PostgreSQL store needs psycopg: install callgate[postgres]"
+                            ) from exc
+    try:
+        password = conninfo_to_dict(store).get("password")
+    except Exception as exc:
+        raise CallgateError("--store is not a PostgreSQL connection URL") from exc
+    if password:
+        report.warnings.append(
+            "WARNING: the store URL holds a password, now written in the settings file; keep "
+            "it in ~/.pgpass (or PGPASSFILE) instead, or set CALLGATE_STORE in the environment "
+            "Claude Code runs in and pass no --store.")
+
+
 def install(settings: Path, state: Path, project: Path | None, *, policy: Path | None,
-            preset: str = "coding-agent") -> Report:
-    """Register the hooks in ``settings``; write the policy copy unless ``policy`` is given."""
+            preset: str = "coding-agent", store: str | None = None) -> Report:
+    """Register the hooks in ``settings``; write the policy copy unless ``policy`` is given.
+    ``store`` (a PostgreSQL URL) goes into the hook's command as ``--store``."""
     report = Report()
+    if store is not None:
+        _check_store(store, report)
     data = _without_ours(_read(settings))
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     ignore = state / ".gitignore"
@@ -155,7 +185,7 @@ def install(settings: Path, state: Path, project: Path | None, *, policy: Path |
 
         policy = policy.resolve()
         load_policy(policy)  # a policy that does not load is refused before anything is written
-    entry = hook_command(policy, state, project)
+    entry = hook_command(policy, state, project, store)
     hooks = data.setdefault("hooks", {})
     for event in TOOL_EVENTS:
         hooks.setdefault(event, []).append({"matcher": ".*", "hooks": [entry]})
@@ -164,6 +194,10 @@ def install(settings: Path, state: Path, project: Path | None, *, policy: Path |
     changed = _write(settings, data)
     report.lines.append(f"{'registered' if changed else 'already registered'} the hook for "
                         f"{len(TOOL_EVENTS) + len(OTHER_EVENTS)} events in {settings}")
+    if store is not None:
+        from callgate.audit._postgres import redact
+
+        report.lines.append(f"the audit log goes to {redact(store)}")
     report.warnings.extend(claude_version_warning())
     return report
 
