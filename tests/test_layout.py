@@ -25,7 +25,8 @@ LAYERS: dict[str, set[str]] = {
     "temporal": {"base"},
     "policy": {"base", "matchers"},
     "audit": {"base"},
-    "guards": {"base", "matchers", "policy"},
+    # guards: the fingerprints in PostgreSQL reuse the audit store's connections and locks
+    "guards": {"base", "matchers", "policy", "audit"},
     "sandbox": {"base", "matchers", "policy"},
     "kernel": {"base", "abstraction", "matchers", "temporal", "policy", "audit", "guards",
                "sandbox"},

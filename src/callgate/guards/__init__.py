@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from callgate.guards._egress import EgressGuard
 from callgate.guards._injection import InjectionGuard, normalise
+from callgate.guards._open import open_fingerprints
 from callgate.guards._protocol import Guard
 from callgate.guards._secrets import ProvenanceGuard, SecretsGuard
 from callgate.guards._store import FingerprintStore
@@ -39,14 +40,16 @@ def build_guards(settings: GuardSettings | None = None, *,
     Egress comes before secrets so that a secret riding in a URL is named by its shape
     (``guard.egress.sensitive-ping``); every guard observes every decided call.
 
-    ``state_path`` is a SQLite file where fingerprints of secrets and planted content are kept
-    across runs; without it they last for the guards' lifetime (one run). Raises
-    ``CallgateError`` when the file cannot be opened.
+    ``state_path`` is where fingerprints of secrets and planted content are kept across runs:
+    a SQLite file, or a ``postgresql://`` URL whose table every process given it shares;
+    without it they last for the guards' lifetime (one run). Raises ``CallgateError`` when
+    the store cannot be opened.
     """
     settings = settings or GuardSettings()
     needs_store = settings.secrets.enabled or settings.provenance.enabled or \
         settings.egress.enabled
-    store = FingerprintStore(state_path, window=settings.secrets.window) if needs_store else None
+    store = open_fingerprints(state_path, window=settings.secrets.window) \
+        if needs_store else None
     guards: list[Guard] = []
     if settings.injection.enabled:
         guards.append(InjectionGuard(settings.injection.extra_phrases))
@@ -73,4 +76,5 @@ __all__ = [
     "SecretsSettings",
     "build_guards",
     "normalise",
+    "open_fingerprints",
 ]

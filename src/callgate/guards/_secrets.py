@@ -77,8 +77,9 @@ class SecretsGuard:
 
     def check(self, call: ToolCall, taint: frozenset[str]) -> Reason | None:
         """A reason to deny ``call`` when it sends a secret out."""
-        if self.store.broken:
-            return _reason("secrets", "state", self.store.broken)
+        problem = self.store.refresh()
+        if problem:
+            return _reason("secrets", "state", problem)
         if (call.tool_class, call.action) in INWARD_ACTIONS:
             return None
         forms = scan_of(call).outbound
@@ -147,8 +148,9 @@ class ProvenanceGuard:
         self._taint[call.sequence] = taint
         if len(self._taint) > 64:  # only the pending call's entry is needed
             self._taint.pop(next(iter(self._taint)))
-        if self.store.broken:
-            return _reason("relay", "state", self.store.broken)
+        problem = self.store.refresh()
+        if problem:
+            return _reason("relay", "state", problem)
         if call.tool_class not in self.checked_classes or not self.store.holds("planted"):
             return None  # nothing planted yet: nothing to recognise, nothing to decode
         forms = _relay_surface(call)

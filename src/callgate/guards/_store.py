@@ -14,7 +14,9 @@ not a second copy of the secrets (a short, guessable value can of course be gues
 digest, as from any hash).
 
 With a ``path`` the store is a small SQLite file that survives the run: a secret read in one
-run is recognised when a later run tries to send it out.
+run is recognised when a later run tries to send it out. ``open_fingerprints`` (``_open``) opens
+the store a ``guard_state`` names: that file, or a PostgreSQL table shared by several processes
+for a ``postgresql://`` URL (``_pgstore``).
 """
 
 from __future__ import annotations
@@ -102,6 +104,11 @@ class FingerprintStore:
             self._hashes.setdefault(kind, {}).setdefault(int(length), {})[bytes(digest)] = origin
             self._probes.setdefault(kind, {}).setdefault(int(length), set()).add(int(probe))
         return db
+
+    def refresh(self) -> str | None:
+        """Catch up with what other processes stored (nothing to do for a file or memory);
+        the reason every check must deny now, else None. The guards call it first."""
+        return self.broken
 
     def close(self) -> None:
         """Close the SQLite file, if any."""
@@ -209,3 +216,4 @@ class FingerprintStore:
             if budget <= 0:
                 break
         return None
+

@@ -50,7 +50,12 @@ from callgate.kernel._behavior import (
 )
 from callgate.kernel._capabilities import CapabilityToken, RateLimiter, check_grants, issue_token
 from callgate.kernel._declare import check_declaration, tool_decorator
-from callgate.kernel._recording import decision_recording, guard_state_recording, run_recording
+from callgate.kernel._recording import (
+    decision_recording,
+    guard_state_recording,
+    run_recording,
+    stores_of,
+)
 from callgate.kernel._registry import Executor, ToolRegistry
 from callgate.kernel._rules import RuleSet
 from callgate.kernel._runstate import READ_ONLY_ACTIONS, RunState
@@ -142,7 +147,8 @@ class Kernel:
     ``guards`` defaults to the content guards the policy's ``guards`` section configures (all on
     when it is absent); ``GuardSettings`` builds them from other settings; a list of guard
     objects is used as given (a run whose guards are objects cannot be replayed).
-    ``guard_state`` is a SQLite file where they remember secrets across runs.
+    ``guard_state`` is where they remember secrets across runs: a SQLite file, or a
+    ``postgresql://`` URL whose table every kernel given it shares (any process, any machine).
     ``decision_deadline_s`` bounds each decision, measured on ``timer`` (monotonic seconds).
     ``resume`` is a ``suspend()`` snapshot of run ``run_id`` under the same policy: the kernel
     goes on with that run (in the audit log too) instead of starting a new one.
@@ -526,11 +532,18 @@ class Kernel:
             return violations
 
     def close(self) -> None:
-        """End the run (if not ended) and close the audit store. Never raises."""
+        """End the run (if not ended), close the audit store and the guards' store when the
+        kernel opened it (``guard_state``). Never raises."""
         self.end_run()
         if self._audit is not None:
             self._write("close", lambda store: store.close())
             self._audit = None
+        if self._guard_state and self._guard_source != "objects":
+            for fingerprints in stores_of(self._guards):
+                try:
+                    fingerprints.close()
+                except Exception:  # closing must not raise; the store is let go of anyway
+                    log.exception("closing the guards' store failed")
 
     def __enter__(self) -> Kernel:
         return self
