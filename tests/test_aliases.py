@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -60,3 +61,14 @@ def test_a_module_imported_by_its_old_name_keeps_its_own_spec() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(_aliases.MOVED.items()))
+def test_an_old_path_never_stands_in_for_a_name_its_package_uses(old: str, new: str) -> None:
+    # importing ``pkg.name`` sets the attribute ``name`` of ``pkg`` to the module: a function
+    # of the package called ``name`` would be replaced by it for the package's own code
+    parent, _, child = old.rpartition(".")
+    held = vars(importlib.import_module(parent)).get(child)
+    assert held is None or isinstance(held, types.ModuleType), (
+        f"{parent} uses the name {child!r} for a {type(held).__name__}; importing {old} "
+        "would replace it with a module")

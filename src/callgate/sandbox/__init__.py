@@ -25,7 +25,7 @@ from callgate.policy._schema import ToolPolicy
 from callgate.sandbox import _bwrap as bwrap
 from callgate.sandbox import _firejail as firejail
 from callgate.sandbox import _seccomp as seccomp
-from callgate.sandbox._classify import classify
+from callgate.sandbox._classify import classify as _classify_outcome
 from callgate.sandbox._gate import BwrapGate, reap_orphaned_init
 from callgate.sandbox._limits import (
     LimitPlan,
@@ -383,7 +383,7 @@ class Sandbox:
     def _outcome(
         self, argv: Sequence[str], spec: SandboxSpec, raw: RawRun, pids_hit: bool
     ) -> SandboxOutcome:
-        found = classify(
+        found = _classify_outcome(
             exit_code=raw.exit_code,
             stderr=raw.stderr,
             killed_for=raw.killed_for,
