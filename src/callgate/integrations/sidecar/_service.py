@@ -84,6 +84,8 @@ class Sidecar:
         self.approval_ttl_s = approval_ttl_s
         self.flush_interval_s = flush_interval_s
         self.audit = _open_audit(audit, store, self.state_dir)
+        # what the guards learn (secrets seen) is shared like the runs when the store is
+        self.guard_state = store if store is not None else str(self.state_dir / "guards.db")
         if store is not None:
             from callgate.integrations.sidecar._pgstate import PgStateDB
             from callgate.integrations.sidecar._shared import SharedRuns
@@ -307,7 +309,7 @@ class Sidecar:
 
     def _make_kernel(self, run_id: str, key_name: str, snapshot: bytes | None) -> Kernel:
         kernel = Kernel(self.loaded, audit=self.audit, working_dir=self.working_dir,
-                        run_id=run_id, guard_state=str(self.state_dir / "guards.db"),
+                        run_id=run_id, guard_state=self.guard_state,
                         resume=snapshot, approval_handler=self._handler(run_id, key_name),
                         approval_timeout_s=self.approval_ttl_s + 1.0)
         for key, executor in self.executors.items():
