@@ -38,7 +38,6 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from callgate._errors import AuditError
-from callgate._model import Decision, ToolCall, ToolResult
 from callgate.audit import _pgschema as pgs
 from callgate.audit._anchor import advance_anchor, decode_anchor, encode_anchor, locked, read_anchor
 from callgate.audit._chain import (
@@ -51,18 +50,17 @@ from callgate.audit._chain import (
     runs_digest,
     segment_line,
 )
-from callgate.audit._checkpoint import Checkpoint, public_key_of, sign_checkpoint
+from callgate.audit._checkpoint import Checkpoint, sign_checkpoint
 from callgate.audit._keys import create_key, display, public_path_for, read_public_key
 from callgate.audit._store import (
     DEFAULT_CHECKPOINT_EVERY,
     AuditRecord,
     Durability,
-    _jsonable,
     _now,
     _seal,
-    _text,
 )
 from callgate.audit._verify import CHECKPOINT_COLUMNS, VerifyReport, parse_line, verify_rows
+from callgate.audit._writer import LogWriter
 
 log = logging.getLogger("callgate.audit")
 
@@ -118,11 +116,13 @@ class _Signing:
     every: int
 
 
-class PostgresAuditStore:
+class PostgresAuditStore(LogWriter):
     """A tamper-evident audit log in PostgreSQL, with the interface of
     :class:`~callgate.audit.AuditStore`. Thread-safe; any number of processes and machines may
     append to one log. Use :meth:`open`; the store is a context manager that closes itself.
     """
+
+    _signing: _Signing | None
 
     def __init__(self, connections: pgs.Connections, url: str, schema: str, *,
                  signing: _Signing | None, read_only: bool) -> None:
@@ -300,36 +300,7 @@ class PostgresAuditStore:
         cur.execute(self._q('UPDATE {s}.log_position SET seq = %s, "offset" = %s, hash = %s'
                             ' WHERE id = 1'), (seq, offset + length, digest))
 
-    def add_observer(self, observer: Callable[[AuditRecord], None]) -> None:
-        """Call ``observer`` with every record this store appends, once it is committed. An
-        observer that raises is logged and ignored. Records other writers append are not seen.
-        """
-        with self._lock:
-            self._observers.append(observer)
-
-    def _notify(self, record: AuditRecord) -> None:
-        for observer in list(self._observers):
-            try:
-                observer(record)
-            except Exception as exc:  # an observer's failure is its own, never the append's
-                log.error("audit observer %r failed on event %d: %s", observer, record.seq, exc)
-
     # -- checkpoints ---------------------------------------------------------------------------
-
-    def _after_append(self, kind: str, seq: int) -> None:
-        signing = self._signing
-        if signing is None:
-            return
-        if not (kind == "run-end" or seq % signing.every == 0 or self._checkpoint_due):
-            return
-        try:
-            self._sign(signing.private_key)
-            self._checkpoint_due = False
-        except AuditError as exc:
-            # The event is committed; the anchor stays where it was and the next append
-            # tries again.
-            self._checkpoint_due = True
-            log.error("audit checkpoint failed: %s", exc)
 
     def _sign(self, private_key: bytes) -> Checkpoint:
         """Store a checkpoint of the head (under the chain lock) and move the anchors."""
@@ -388,61 +359,7 @@ class PostgresAuditStore:
                                  f" {anchor.seq}): it was truncated or rewritten; run"
                                  " `callgate audit verify` on it")
 
-    def checkpoint(self, private_key: bytes | None = None) -> Checkpoint:
-        """Sign the current head and runs now, store the checkpoint and move the anchors;
-        ``private_key`` (raw Ed25519) defaults to the store's own signing key."""
-        if private_key is None:
-            if self._signing is None:
-                raise AuditError("this store has no signing key: pass one, or open it with"
-                                 " checkpoints on")
-            private_key = self._signing.private_key
-        return self._sign(private_key)
-
-    def public_key(self) -> bytes | None:
-        """The raw public key of the store's signing key (``None`` without checkpoints)."""
-        return None if self._signing is None else public_key_of(self._signing.private_key)
-
     # -- the public API ------------------------------------------------------------------------
-
-    def start_run(self, run_id: str, *, principal: str, policy_name: str, manifest_hash: str,
-                  config: Mapping[str, Any]) -> None:
-        """Open a run: appends its ``run-start`` event (and its ``runs`` row)."""
-        if not run_id:
-            raise AuditError("a run id must not be empty")
-        if not isinstance(run_id, str) or _text(run_id) != run_id:
-            raise AuditError("a run id must be a string of valid Unicode")
-        self._append(run_id, "run-start", {
-            "principal": _text(principal), "policy_name": _text(policy_name),
-            "manifest_hash": _text(manifest_hash), "config": _jsonable(dict(config))})
-
-    def record_decision(self, run_id: str, call: ToolCall, decision: Decision, *,
-                        replay: Mapping[str, Any] | None = None) -> int:
-        """Append a decision (with its call) and return the event's global sequence."""
-        if call.run_id and call.run_id != run_id:
-            raise AuditError(f"call belongs to run {call.run_id!r}, not {run_id!r}")
-        payload = {"call": _jsonable(call), "decision": _jsonable(decision)}
-        if replay is not None:
-            payload["replay"] = _jsonable(dict(replay))
-        return self._append(run_id, "decision", payload)
-
-    def record_result(self, run_id: str, result: ToolResult, *,
-                      replay: Mapping[str, Any] | None = None) -> int:
-        """Append the result of an executed call and return the event's global sequence."""
-        payload = {"result": _jsonable(result)}
-        if replay is not None:
-            payload["replay"] = _jsonable(dict(replay))
-        return self._append(run_id, "result", payload)
-
-    def record_system(self, run_id: str, kind: str, payload: Mapping[str, Any]) -> int:
-        """Append a ``_system`` event (``kind`` e.g. ``quarantine``, ``violation``)."""
-        if not kind:
-            raise AuditError("a system event needs a kind")
-        return self._append(run_id, "system", {"kind": _text(kind),
-                                               "data": _jsonable(dict(payload))})
-
-    def end_run(self, run_id: str) -> None:
-        """Close a run: appends its ``run-end`` event; later appends to it fail."""
-        self._append(run_id, "run-end", {})
 
     def head(self) -> tuple[int, str]:
         """The sequence and hash of the log's last event, as committed by any writer (once

@@ -37,11 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, NamedTuple, Self
 
-from pydantic import BaseModel
-from pydantic_core import to_jsonable_python
-
 from callgate._errors import AuditError
-from callgate._model import Decision, ToolCall, ToolResult
 from callgate.audit import _schema as schema
 from callgate.audit._anchor import advance_anchor, locked, read_anchor
 from callgate.audit._chain import (
@@ -55,7 +51,7 @@ from callgate.audit._chain import (
     seal,
     segment_line,
 )
-from callgate.audit._checkpoint import Checkpoint, public_key_of, sign_checkpoint
+from callgate.audit._checkpoint import Checkpoint, sign_checkpoint
 from callgate.audit._encode import MAX_RECORD_CHARS, fits, sanitize, shrink
 from callgate.audit._files import (
     connect,
@@ -66,6 +62,7 @@ from callgate.audit._files import (
 from callgate.audit._keys import create_key, display
 from callgate.audit._log import Line, Segment, log_path_for
 from callgate.audit._verify import VerifyReport, parse_line
+from callgate.audit._writer import LogWriter
 
 log = logging.getLogger("callgate.audit")
 
@@ -142,20 +139,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def _jsonable(value: Any) -> Any:
-    """Plain JSON data for ``value`` on the fast path; the value itself when that fails.
-
-    A value left as it is makes the record fail to seal, and the append then sanitises the
-    whole payload once (:func:`_seal`), so content never raises.
-    """
-    try:
-        if isinstance(value, BaseModel):
-            return value.model_dump(mode="json")
-        return to_jsonable_python(value)
-    except Exception:  # pydantic, codecs and user __repr__s raise many kinds
-        return value
-
-
 def _seal(record: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
     """``(record, text, hash)``, with the payload sanitised when it does not fit as it is."""
     try:
@@ -173,11 +156,6 @@ def _seal(record: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
     return record, text, digest
 
 
-def _text(value: str) -> str:
-    """Run metadata as storable text: strings that are not valid Unicode backslash-escaped."""
-    return value.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def _manifest_of(record: Mapping[str, Any]) -> str | None:
     payload = record.get("payload")
     data = payload.get("data") if isinstance(payload, dict) else None
@@ -185,12 +163,14 @@ def _manifest_of(record: Mapping[str, Any]) -> str | None:
     return found if isinstance(found, str) else None
 
 
-class AuditStore:
+class AuditStore(LogWriter):
     """A tamper-evident audit log: a segment file and its SQLite index. Thread-safe; writers
     (threads, stores, processes) take turns.
 
     Use :meth:`open`; the store is a context manager that closes itself.
     """
+
+    _signing: _Signing | None
 
     def __init__(self, conn: sqlite3.Connection, path: str, *, durability: Durability,
                  signing: _Signing | None, index_every: int) -> None:
@@ -479,21 +459,6 @@ class AuditStore:
                                          dict(record["payload"]), digest, str(record["id"])))
             return seq
 
-    def add_observer(self, observer: Callable[[AuditRecord], None]) -> None:
-        """Call ``observer`` with every record this store appends, once it is in the log (an
-        exporter, a live view). An observer that raises is logged and ignored: it never fails
-        an append, so it never changes a decision. Records other writers append are not seen.
-        """
-        with self._lock:
-            self._observers.append(observer)
-
-    def _notify(self, record: AuditRecord) -> None:
-        for observer in self._observers:
-            try:
-                observer(record)
-            except Exception as exc:  # an observer's failure is its own, never the append's
-                log.error("audit observer %r failed on event %d: %s", observer, record.seq, exc)
-
     def _record(self, run_id: str, kind: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         """The envelope of the next event (made under the segment's lock, after taking in)."""
         state = self._runs.get(run_id)
@@ -639,21 +604,6 @@ class AuditStore:
 
     # -- checkpoints ---------------------------------------------------------------------------
 
-    def _after_append(self, kind: str, seq: int) -> None:
-        signing = self._signing
-        if signing is None:
-            return
-        if not (kind == "run-end" or seq % signing.every == 0 or self._checkpoint_due):
-            return
-        try:
-            self._sign(signing.private_key)
-            self._checkpoint_due = False
-        except AuditError as exc:
-            # The event itself is written; the anchor stays where it was (still true) and
-            # the next append tries again. ``verify`` reports what the failure left behind.
-            self._checkpoint_due = True
-            log.error("audit checkpoint failed: %s", exc)
-
     def _sign(self, private_key: bytes) -> Checkpoint:
         """Store a checkpoint of the current head and move the anchor (if any) to it."""
         anchor_path = self._signing.anchor_path if self._signing is not None else None
@@ -681,82 +631,6 @@ class AuditStore:
             return signed[-1]
 
     # -- the public API ------------------------------------------------------------------------
-
-    def start_run(
-        self,
-        run_id: str,
-        *,
-        principal: str,
-        policy_name: str,
-        manifest_hash: str,
-        config: Mapping[str, Any],
-    ) -> None:
-        """Open a run: appends its ``run-start`` event (the ``runs`` index follows)."""
-        if not run_id:
-            raise AuditError("a run id must not be empty")
-        if not isinstance(run_id, str) or _text(run_id) != run_id:
-            raise AuditError("a run id must be a string of valid Unicode")
-        payload = {
-            "principal": _text(principal),
-            "policy_name": _text(policy_name),
-            "manifest_hash": _text(manifest_hash),
-            "config": _jsonable(dict(config)),
-        }
-        self._append(run_id, "run-start", payload)
-
-    def record_decision(self, run_id: str, call: ToolCall, decision: Decision, *,
-                        replay: Mapping[str, Any] | None = None) -> int:
-        """Append a decision (with its call) and return the event's global sequence.
-
-        ``replay`` is what a replay of the run needs beside it (the kernel's clocks, how the
-        call came in); it is stored as ``payload.replay``."""
-        if call.run_id and call.run_id != run_id:
-            raise AuditError(f"call belongs to run {call.run_id!r}, not {run_id!r}")
-        payload = {
-            "call": _jsonable(call),
-            "decision": _jsonable(decision),
-        }
-        if replay is not None:
-            payload["replay"] = _jsonable(dict(replay))
-        return self._append(run_id, "decision", payload)
-
-    def record_result(self, run_id: str, result: ToolResult, *,
-                      replay: Mapping[str, Any] | None = None) -> int:
-        """Append the result of an executed call and return the event's global sequence;
-        ``replay`` as for ``record_decision`` (the labels the executor or host gave)."""
-        payload = {"result": _jsonable(result)}
-        if replay is not None:
-            payload["replay"] = _jsonable(dict(replay))
-        return self._append(run_id, "result", payload)
-
-    def record_system(self, run_id: str, kind: str, payload: Mapping[str, Any]) -> int:
-        """Append a ``_system`` event (``kind`` e.g. ``quarantine``, ``violation``)."""
-        if not kind:
-            raise AuditError("a system event needs a kind")
-        body = {"kind": _text(kind), "data": _jsonable(dict(payload))}
-        return self._append(run_id, "system", body)
-
-    def end_run(self, run_id: str) -> None:
-        """Close a run: appends its ``run-end`` event; later appends to it fail."""
-        self._append(run_id, "run-end", {})
-
-    def checkpoint(self, private_key: bytes | None = None) -> Checkpoint:
-        """Sign the current head and runs now, store the checkpoint and move the anchor.
-
-        ``private_key`` (raw Ed25519) defaults to the store's own signing key. Keep a copy of
-        the returned checkpoint somewhere the log's writer cannot edit; ``verify`` takes it as
-        ``anchor``.
-        """
-        if private_key is None:
-            if self._signing is None:
-                raise AuditError("this store has no signing key: pass one, or open it with"
-                                 " checkpoints on")
-            private_key = self._signing.private_key
-        return self._sign(private_key)
-
-    def public_key(self) -> bytes | None:
-        """The raw public key of the store's signing key (``None`` without checkpoints)."""
-        return None if self._signing is None else public_key_of(self._signing.private_key)
 
     def head(self) -> tuple[int, str]:
         """The sequence and hash of the log's last event (``(0, GENESIS_HASH)`` when empty).
