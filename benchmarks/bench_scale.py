@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ OUT = HERE / "out"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from bench_sidecar import _request  # noqa: E402
+from bench_sidecar import _client, _figures, _request  # noqa: E402
 from tests.postgres import cluster  # noqa: E402
 
 CLIENTS = 16
@@ -73,23 +72,6 @@ def _start(root: Path, store: str | None, index: int) -> tuple[subprocess.Popen[
     raise RuntimeError("a sidecar did not start")
 
 
-async def _client(port: int, key: str, run_id: str | None, count: int, index: int,
-                  latencies: list[float]) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    if run_id is None:
-        run_id = json.loads(await _request(reader, writer, key, b"{}", "/v1/runs"))["run_id"]
-    for i in range(count):
-        body = json.dumps({"run_id": run_id, "call": {
-            "tool": "fetch", "tool_class": "http", "action": "get",
-            "parameters": {"url": f"https://api.example.org/r{index}-{i}"}}}).encode()
-        started = time.perf_counter()
-        answer = await _request(reader, writer, key, body)
-        latencies.append(time.perf_counter() - started)
-        if b'"verdict":"allow"' not in answer:
-            raise RuntimeError(answer[:300])
-    writer.close()
-
-
 async def _drive(ports: list[int], key: str, total: int, one_run: bool) -> dict[str, Any]:
     shared = None
     if one_run:
@@ -99,14 +81,10 @@ async def _drive(ports: list[int], key: str, total: int, one_run: bool) -> dict[
     latencies: list[float] = []
     per = max(1, total // CLIENTS)
     started = time.perf_counter()
-    await asyncio.gather(*(_client(ports[i % len(ports)], key, shared, per, i, latencies)
+    await asyncio.gather(*(_client(ports[i % len(ports)], key, per, i, latencies,
+                                   run_id=shared, url="https://api.example.org/r")
                            for i in range(CLIENTS)))
-    elapsed = time.perf_counter() - started
-    latencies.sort()
-    n = len(latencies)
-    return {"decisions": n, "seconds": round(elapsed, 3), "per_second": round(n / elapsed, 1),
-            "p50_ms": round(statistics.median(latencies) * 1e3, 2),
-            "p99_ms": round(latencies[min(n - 1, int(n * 0.99))] * 1e3, 2)}
+    return _figures(latencies, time.perf_counter() - started, digits=2)
 
 
 def _configuration(root: Path, key: str, store: str | None, sidecars: int, total: int,

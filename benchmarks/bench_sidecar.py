@@ -54,13 +54,18 @@ async def _request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, k
     return await reader.readexactly(length)
 
 
-async def _client(port: int, key: str, count: int, index: int, latencies: list[float]) -> None:
+async def _client(port: int, key: str, count: int, index: int, latencies: list[float], *,
+                  run_id: str | None = None,
+                  url: str = "https://api.github.com/repos/o/r") -> None:
+    """One keep-alive connection deciding ``count`` distinct allowed GETs (``url`` + a
+    suffix), in ``run_id`` or a run of its own; each latency appended."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    run_id = json.loads(await _request(reader, writer, key, b"{}", "/v1/runs"))["run_id"]
+    if run_id is None:
+        run_id = json.loads(await _request(reader, writer, key, b"{}", "/v1/runs"))["run_id"]
     for i in range(count):
         body = json.dumps({"run_id": run_id, "call": {
             "tool": "fetch", "tool_class": "http", "action": "get",
-            "parameters": {"url": f"https://api.github.com/repos/o/r{index}-{i}"}}}).encode()
+            "parameters": {"url": f"{url}{index}-{i}"}}}).encode()
         started = time.perf_counter()
         answer = await _request(reader, writer, key, body)
         latencies.append(time.perf_counter() - started)
@@ -69,18 +74,21 @@ async def _client(port: int, key: str, count: int, index: int, latencies: list[f
     writer.close()
 
 
+def _figures(latencies: list[float], elapsed: float, digits: int = 3) -> dict[str, Any]:
+    """Decisions, seconds, decisions/s, p50 and p99 (ms) of one timed load."""
+    latencies = sorted(latencies)
+    n = len(latencies)
+    return {"decisions": n, "seconds": round(elapsed, 3), "per_second": round(n / elapsed, 1),
+            "p50_ms": round(statistics.median(latencies) * 1e3, digits),
+            "p99_ms": round(latencies[min(n - 1, int(n * 0.99))] * 1e3, digits)}
+
+
 async def _level(port: int, key: str, clients: int, total: int) -> dict[str, Any]:
     latencies: list[float] = []
     per = max(1, total // clients)
     started = time.perf_counter()
     await asyncio.gather(*(_client(port, key, per, i, latencies) for i in range(clients)))
-    elapsed = time.perf_counter() - started
-    latencies.sort()
-    n = len(latencies)
-    return {"clients": clients, "decisions": n, "seconds": round(elapsed, 3),
-            "per_second": round(n / elapsed, 1),
-            "p50_ms": round(statistics.median(latencies) * 1e3, 3),
-            "p99_ms": round(latencies[min(n - 1, int(n * 0.99))] * 1e3, 3)}
+    return {"clients": clients, **_figures(latencies, time.perf_counter() - started)}
 
 
 def main() -> int:
