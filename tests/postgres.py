@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -80,6 +81,15 @@ class Cluster:
 
     def stop(self, mode: str = "immediate") -> None:
         self._ctl("-m", mode, "-w", "stop")
+
+    def new_database(self, prefix: str) -> str:
+        """A fresh database named ``prefix`` and a random suffix; its URL over TCP."""
+        import psycopg
+
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
 
     def restart(self) -> None:
         """Stop at once (as a crash would) and start again."""

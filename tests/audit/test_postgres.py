@@ -28,10 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def database(postgres: Cluster) -> str:
     """A database of this module's own in the session's cluster; its URL."""
-    name = f"audit_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return postgres.url.rsplit("/", 1)[0] + f"/{name}"
+    return postgres.new_database("audit")
 
 
 @pytest.fixture

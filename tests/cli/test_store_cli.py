@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import psycopg
@@ -31,10 +30,7 @@ def store(postgres: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     """A fresh database's URL; the commands keep their signing key under the test's
     ``XDG_DATA_HOME``."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    name = f"cli_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return postgres.url.rsplit("/", 1)[0] + f"/{name}"
+    return postgres.new_database("cli")
 
 
 def decided(store: str) -> str:

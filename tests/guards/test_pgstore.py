@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,11 +29,9 @@ POLICY = Policy.model_validate({
 @pytest.fixture
 def urls(postgres: Cluster) -> Iterator[tuple[str, str]]:
     """One fresh database, named twice (over TCP and over the Unix socket): two pools."""
-    name = f"guards_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield (postgres.url.rsplit("/", 1)[0] + f"/{name}",
-           postgres.socket_url.replace("/postgres?", f"/{name}?"))
+    url = postgres.new_database("guards")
+    name = url.rsplit("/", 1)[1]
+    yield url, postgres.socket_url.replace("/postgres?", f"/{name}?")
 
 
 def _rows(url: str) -> list[tuple[str, int, int]]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from callgate.integrations.claude_code import install
 from tests.integrations.claude_code._model import ScriptedModel, Turn
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -116,3 +117,17 @@ def project(tmp_path: Path, claude_bin: Path) -> Iterator[Project]:
     yield made
     made.stop_daemon()
     shutil.rmtree(home / "run", ignore_errors=True)
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Iterator[Path]:
+    """A project with the hook installed (no policy: the default one); its resident process
+    is stopped afterwards."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    install(root / ".claude" / "settings.json", root / ".callgate", root, policy=None)
+    yield root
+    pid = root / ".callgate" / "daemon.pid"
+    if pid.exists():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid.read_text()), signal.SIGTERM)

@@ -3,7 +3,6 @@ and the service behind it in-process: bad input, corrupt state, sessions in para
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -12,7 +11,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,18 +21,6 @@ from callgate.audit import AuditStore
 from callgate.integrations.claude_code import HookService, install, to_call, uninstall
 
 CALLGATE = str(Path(sys.executable).parent / "callgate")
-
-
-@pytest.fixture
-def proj(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "proj"
-    root.mkdir()
-    install(root / ".claude" / "settings.json", root / ".callgate", root, policy=None)
-    yield root
-    pid = root / ".callgate" / "daemon.pid"
-    if pid.exists():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid.read_text()), signal.SIGTERM)
 
 
 def _hook(proj: Path, payload: bytes | dict[str, Any], *extra: str

@@ -3,18 +3,13 @@ through the hook, its resident process and the service, read back by ``callgate 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from callgate.integrations.claude_code import hook_command, install
@@ -26,22 +21,7 @@ CALLGATE = str(Path(sys.executable).parent / "callgate")
 @pytest.fixture
 def store(postgres: Cluster) -> str:
     """The URL of a fresh database of this test's own."""
-    name = f"hook_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return postgres.url.rsplit("/", 1)[0] + f"/{name}"
-
-
-@pytest.fixture
-def proj(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "proj"
-    root.mkdir()
-    install(root / ".claude" / "settings.json", root / ".callgate", root, policy=None)
-    yield root
-    pid = root / ".callgate" / "daemon.pid"
-    if pid.exists():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid.read_text()), signal.SIGTERM)
+    return postgres.new_database("hook")
 
 
 def _env(proj: Path, **extra: str) -> dict[str, str]:

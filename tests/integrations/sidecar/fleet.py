@@ -7,7 +7,6 @@ has its own state directory (its guards' store).
 from __future__ import annotations
 
 import signal
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,12 +41,7 @@ run_state: {{quarantine_after_denials: 1000}}
 
 def new_database(cluster: Cluster) -> str:
     """A fresh database in the cluster; its URL (over TCP)."""
-    import psycopg
-
-    name = "t_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(cluster.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return cluster.url.rsplit("/", 1)[0] + "/" + name
+    return cluster.new_database("t")
 
 
 @dataclass
