@@ -70,6 +70,16 @@ class AuditError(CallgateError):
     """The audit log cannot be opened, written or read."""
 
 
+class StoreUnavailableError(CallgateError):
+    """A store shared with other processes (PostgreSQL) cannot be reached now: the server is
+    down, restarting or out of connections. The same request may succeed later (the sidecar
+    answers 503 with ``Retry-After``); a decision that needed it is still a deny."""
+
+
+class AuditUnavailableError(AuditError, StoreUnavailableError):
+    """The audit store cannot be reached now (an :class:`AuditError` that may pass)."""
+
+
 class SandboxError(CallgateError):
     """No usable sandbox backend, or the sandbox could not start."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -130,8 +130,13 @@ def check_meta(meta: dict[str, str] | None, where: str) -> None:
                          f" version {marker['version']} (layout {PG_SCHEMA_VERSION})")
 
 
-def ensure_schema(conn: psycopg.Connection[Any], schema: str, where: str) -> bool:
-    """Create (or migrate) the log's tables under the DDL advisory lock; True when created."""
+def ensure_schema(conn: psycopg.Connection[Any], schema: str, where: str,
+                  on_create: Callable[[psycopg.Cursor[Any]], None] | None = None) -> bool:
+    """Create (or migrate) the log's tables under the DDL advisory lock; True when created.
+
+    ``on_create`` runs in the creating transaction, so what it writes (the genesis checkpoint)
+    is there before any other process can see the tables and append to them.
+    """
     with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema, "ddl"),))
         meta = schema_version(cur, schema)
@@ -141,6 +146,8 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str, where: str) -> boo
             rows = [*META_ROWS, ("pg_schema", str(PG_SCHEMA_VERSION))]
             cur.executemany(sql.SQL("INSERT INTO {}.meta (key, value) VALUES (%s, %s)").format(
                 sql.Identifier(schema)), rows)
+            if on_create is not None:
+                on_create(cur)
             return True
         # Later layouts add their migrations here, each moving ``pg_schema`` one step on.
         check_meta(meta, where)
@@ -158,7 +165,14 @@ def missing_triggers(cur: psycopg.Cursor[Any], schema: str) -> list[str]:
 
 class Connections:
     """Where a store gets its connections: a ``psycopg_pool`` pool when installed, else one
-    connection used by one thread at a time (reopened when the server dropped it)."""
+    connection used by one thread at a time (reopened when the server dropped it).
+
+    A pool whose server went away (a restart, a broken socket, no connection in time) is
+    dropped, and the next unit of work first tries one direct connection: refused at once while
+    the server is down, and when it answers again a new pool replaces the old one. Waiting for
+    the old pool to reconnect would wait out its backoff (1, 2, 4, 8 … seconds), longer than a
+    request may wait, after the server is long back.
+    """
 
     def __init__(self, url: str, *, size: int, timeout_s: float, read_only: bool) -> None:
         options = "-c synchronous_commit=on"
@@ -167,23 +181,52 @@ class Connections:
         self._kwargs: dict[str, Any] = {"autocommit": True, "options": options,
                                         "connect_timeout": max(1, int(timeout_s))}
         self._url = url
+        self._size = size
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
         self._single: psycopg.Connection[Any] | None = None
         self._pool: Any = None
+        self._closed = False
         if ConnectionPool is not None:
-            self._pool = ConnectionPool(url, kwargs=self._kwargs, min_size=1, max_size=size,
-                                        open=False, timeout=timeout_s,
-                                        check=ConnectionPool.check_connection,
-                                        name="callgate-audit")
-            self._pool.open(wait=True, timeout=timeout_s)
+            self._pool = self._open_pool()
+
+    def _open_pool(self) -> Any:
+        pool = ConnectionPool(self._url, kwargs=self._kwargs, min_size=1, max_size=self._size,
+                              open=False, timeout=self._timeout_s,
+                              check=ConnectionPool.check_connection, name="callgate-audit")
+        pool.open(wait=True, timeout=self._timeout_s)
+        return pool
+
+    def _current_pool(self) -> Any:
+        """The pool, or a new one when the last was dropped (after one direct connection
+        showed the server answers: psycopg's error when it does not)."""
+        with self._lock:
+            if self._closed:
+                raise psycopg.OperationalError("the connection pool is closed")
+            if self._pool is None:
+                psycopg.connect(self._url, **self._kwargs).close()
+                self._pool = self._open_pool()
+            return self._pool
+
+    def _drop(self, pool: Any) -> None:
+        with self._lock:
+            if self._pool is not pool:
+                return
+            self._pool = None
+        pool.close(timeout=0)  # connections still lent out are closed when they come back
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A connection for one unit of work (autocommit; use ``transaction()`` inside)."""
-        if self._pool is not None:
-            with self._pool.connection(timeout=self._timeout_s) as conn:
-                yield conn
+        if ConnectionPool is not None:
+            pool = self._current_pool()
+            try:
+                with pool.connection(timeout=self._timeout_s) as conn:
+                    yield conn
+            except BaseException as exc:
+                if unreachable(exc):
+                    self._drop(pool)
+                raise
             return
         with self._lock:
             if self._single is None or self._single.closed or self._single.broken:
@@ -192,8 +235,11 @@ class Connections:
 
     def close(self) -> None:
         """Close the pool (or the connection)."""
-        if self._pool is not None:
-            self._pool.close()
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
         elif self._single is not None:
             self._single.close()
 
@@ -201,3 +247,10 @@ class Connections:
 def pool_errors() -> tuple[type[BaseException], ...]:
     """The exceptions a connection attempt raises: psycopg's, and the pool's timeout."""
     return (psycopg.Error,) if PoolTimeout is None else (psycopg.Error, PoolTimeout)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server cannot be reached now (down, restarting, connection
+    lost, no connection free in time), rather than that a statement was wrong."""
+    return isinstance(exc, psycopg.OperationalError) or (
+        PoolTimeout is not None and isinstance(exc, PoolTimeout))

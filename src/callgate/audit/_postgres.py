@@ -37,7 +37,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from callgate._errors import AuditError
+from callgate._errors import AuditError, AuditUnavailableError
 from callgate.audit import _pgschema as pgs
 from callgate.audit._anchor import advance_anchor, decode_anchor, encode_anchor, locked, read_anchor
 from callgate.audit._chain import (
@@ -180,7 +180,8 @@ class PostgresAuditStore(LogWriter):
             connections = pgs.Connections(url, size=max(1, pool_size), timeout_s=timeout_s,
                                           read_only=read_only)
         except pgs.pool_errors() as exc:
-            raise AuditError(f"cannot connect to audit store {redact(url)}: {exc}") from exc
+            raise AuditUnavailableError(f"cannot connect to audit store {redact(url)}: {exc}"
+                                   ) from exc
         store = cls(connections, url, schema, signing=signing, read_only=read_only)
         try:
             store._prepare()
@@ -190,18 +191,26 @@ class PostgresAuditStore(LogWriter):
         return store
 
     def _prepare(self) -> None:
+        genesis: list[Checkpoint] = []
+        signing = self._signing
+
+        def sign_genesis(cur: psycopg.Cursor[Any]) -> None:
+            assert signing is not None
+            genesis.append(self._store_checkpoint(cur, signing.private_key))
+
         with self._session("open") as conn:
             if self._read_only:
                 with conn.cursor() as cur:
                     pgs.check_meta(pgs.schema_version(cur, self._schema), self._where)
-                created = False
             else:
-                created = pgs.ensure_schema(conn, self._schema, self._where)
+                pgs.ensure_schema(conn, self._schema, self._where,
+                                  None if signing is None else sign_genesis)
             self._head = self._read_head(conn)
-        if self._signing is not None:
-            if created:
-                self._sign(self._signing.private_key)
-            else:
+        if signing is not None:
+            if genesis and signing.anchor_path is not None:
+                with locked(signing.anchor_path, exclusive=True):
+                    advance_anchor(signing.anchor_path, genesis[0], self._hash_at)
+            elif not genesis:
                 self._check_anchor()
 
     # -- connections and errors ----------------------------------------------------------------
@@ -217,7 +226,8 @@ class PostgresAuditStore(LogWriter):
         except AuditError:
             raise
         except pgs.pool_errors() as exc:
-            raise AuditError(f"audit {what} on {self._where} failed: {exc}") from exc
+            kind = AuditUnavailableError if pgs.unreachable(exc) else AuditError
+            raise kind(f"audit {what} on {self._where} failed: {exc}") from exc
 
     def _q(self, text: str) -> sql.Composed:
         return sql.SQL(text).format(s=self._s)
@@ -309,28 +319,37 @@ class PostgresAuditStore(LogWriter):
         with self._lock, guard, self._session("checkpoint") as conn:
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (self._chain_key,))
-                seq, head = self._read_head(conn)
-                cur.execute(self._q("SELECT run_id, start_seq, event_count, end_seq"
-                                    " FROM {s}.runs ORDER BY start_seq"))
-                runs = [(str(r), int(a), int(c), None if e is None else int(e))
-                        for r, a, c, e in cur.fetchall()]
-                cp = sign_checkpoint(private_key, seq, head, _now(), runs=len(runs),
-                                     runs_digest=runs_digest(runs))
-                cur.execute(self._q("SELECT coalesce(max(id), 0) + 1 FROM {s}.checkpoints"))
-                row = cur.fetchone()
-                assert row is not None
-                cur.execute(self._q("INSERT INTO {s}.checkpoints VALUES"
-                                    " (%s, %s, %s, %s, %s, %s, %s, %s)"),
-                            (int(row[0]), cp.seq, cp.head_hash, cp.runs, cp.runs_digest,
-                             cp.created_at, cp.key_id, cp.signature))
-                cur.execute(self._q(
-                    "INSERT INTO {s}.anchor (id, seq, checkpoint) VALUES (1, %s, %s)"
-                    " ON CONFLICT (id) DO UPDATE SET seq = excluded.seq,"
-                    " checkpoint = excluded.checkpoint WHERE {s}.anchor.seq <= excluded.seq"),
-                    (cp.seq, encode_anchor(cp).decode()))
+                cp = self._store_checkpoint(cur, private_key)
             if anchor_path is not None:
                 advance_anchor(anchor_path, cp, self._hash_at)
             return cp
+
+    def _store_checkpoint(self, cur: psycopg.Cursor[Any], private_key: bytes) -> Checkpoint:
+        """Sign the head as ``cur``'s transaction sees it; store it and move the anchor row."""
+        cur.execute(self._q("SELECT seq, hash FROM {s}.log_position WHERE id = 1"))
+        position = cur.fetchone()
+        if position is None:
+            raise AuditError(f"audit log {self._where} has no log position row")
+        seq, head = int(position[0]), str(position[1])
+        cur.execute(self._q("SELECT run_id, start_seq, event_count, end_seq"
+                            " FROM {s}.runs ORDER BY start_seq"))
+        runs = [(str(r), int(a), int(c), None if e is None else int(e))
+                for r, a, c, e in cur.fetchall()]
+        cp = sign_checkpoint(private_key, seq, head, _now(), runs=len(runs),
+                             runs_digest=runs_digest(runs))
+        cur.execute(self._q("SELECT coalesce(max(id), 0) + 1 FROM {s}.checkpoints"))
+        row = cur.fetchone()
+        assert row is not None
+        cur.execute(self._q("INSERT INTO {s}.checkpoints VALUES"
+                            " (%s, %s, %s, %s, %s, %s, %s, %s)"),
+                    (int(row[0]), cp.seq, cp.head_hash, cp.runs, cp.runs_digest,
+                     cp.created_at, cp.key_id, cp.signature))
+        cur.execute(self._q(
+            "INSERT INTO {s}.anchor (id, seq, checkpoint) VALUES (1, %s, %s)"
+            " ON CONFLICT (id) DO UPDATE SET seq = excluded.seq,"
+            " checkpoint = excluded.checkpoint WHERE {s}.anchor.seq <= excluded.seq"),
+            (cp.seq, encode_anchor(cp).decode()))
+        return cp
 
     def _hash_at(self, seq: int) -> str | None:
         if seq == 0:

@@ -29,7 +29,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from callgate._errors import CallgateError
+from callgate._errors import CallgateError, StoreUnavailableError
 from callgate.audit import _pgschema as pgs
 from callgate.audit._postgres import redact
 from callgate.guards._store import FingerprintStore
@@ -99,16 +99,18 @@ class PostgresFingerprintStore(FingerprintStore):
         try:
             self._pool = _acquire(url, schema)
         except pgs.pool_errors() as exc:
-            raise CallgateError(f"guard state {self.path} cannot be opened: {exc}") from exc
+            raise self._unopened(exc) from exc
         try:
             with self._pool.connection() as conn:
                 ensure_table(conn, schema)
-            problem = self.refresh()
+                self._read_new(conn)
         except pgs.pool_errors() as exc:
-            problem = str(exc)
-        if problem is not None:
             self.close()
-            raise CallgateError(f"guard state {self.path} cannot be opened: {problem}")
+            raise self._unopened(exc) from exc
+
+    def _unopened(self, exc: BaseException) -> CallgateError:
+        kind = StoreUnavailableError if pgs.unreachable(exc) else CallgateError
+        return kind(f"guard state {self.path} cannot be opened: {exc}")
 
     def refresh(self) -> str | None:
         """Read the rows other processes added since the last refresh; the reason to deny
@@ -116,22 +118,27 @@ class PostgresFingerprintStore(FingerprintStore):
         if self.broken:
             return self.broken
         try:
-            with self._pool.connection() as conn, conn.cursor() as cur:
-                cur.execute(sql.SQL("SELECT id, kind, length, digest, probe, origin FROM {}"
-                                    " WHERE id > %s ORDER BY id").format(self._table),
-                            (self._seen,))
-                rows = cur.fetchall()
+            with self._pool.connection() as conn:
+                self._read_new(conn)
         except pgs.pool_errors() as exc:
             why = f"guard state {self.path} cannot be read: {exc}"
             log.error("%s", why)
             return why
+        return None
+
+    def _read_new(self, conn: psycopg.Connection[Any]) -> None:
+        """Take in the rows added since the last read (psycopg errors propagate)."""
+        with conn.cursor() as cur:
+            cur.execute(sql.SQL("SELECT id, kind, length, digest, probe, origin FROM {}"
+                                " WHERE id > %s ORDER BY id").format(self._table),
+                        (self._seen,))
+            rows = cur.fetchall()
         with self._lock:
             for row_id, kind, length, digest, probe, origin in rows:
                 self._hashes.setdefault(kind, {}).setdefault(int(length), {})[
                     bytes(digest)] = origin
                 self._probes.setdefault(kind, {}).setdefault(int(length), set()).add(int(probe))
                 self._seen = max(self._seen, int(row_id))
-        return None
 
     def _persist(self, kind: str, length: int, rows: list[tuple[bytes, int, str]]) -> None:
         if not rows or self._closed:

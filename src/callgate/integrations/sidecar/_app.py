@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from callgate._errors import StoreUnavailableError
 from callgate._model import Decision, Reason
 from callgate.integrations.sidecar._approvals import Refusal
 from callgate.integrations.sidecar._gateways import (
@@ -78,6 +79,11 @@ def _guarded(sidecar: Sidecar, handler: Handler, *, decides: bool) -> Handler:
             why = f"{type(exc).__name__}: {exc}"
             route_path = getattr(request.scope.get("route"), "path", "?")
             sidecar.record(SIDECAR_RUN, "sidecar-error", {"route": route_path, "error": why})
+            if not decides and isinstance(exc, StoreUnavailableError):  # the store is away: retry
+                response = _error(Problem(503, "body", f"a shared store is unavailable"
+                                          f" ({exc}); retry"))
+                response.headers["Retry-After"] = "1"
+                return response
             if not decides:
                 return _error(Problem(500, "body", f"internal error ({type(exc).__name__})"))
             deny = Decision(verdict="deny", reasons=(Reason(

@@ -8,7 +8,9 @@ receipt verifies whichever sidecar issued it).
 
 Connections come from a small pool of psycopg 3 connections in autocommit mode; a transaction
 is opened explicitly. A connection that failed (a server restart, a broken socket) is closed,
-never put back. Every psycopg error is converted at this boundary into ``SharedStateError``.
+never put back, and an idle one is checked before it is lent (a restart while it was idle is
+found there, not by the request). Every psycopg error is converted at this boundary into
+``SharedStateError``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
-from callgate._errors import CallgateError
+from callgate._errors import CallgateError, StoreUnavailableError
 
 if TYPE_CHECKING:
     import psycopg
@@ -52,9 +54,9 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.receipt_key (
 """
 
 
-class SharedStateError(CallgateError):
-    """The shared PostgreSQL state cannot be reached, read or written (the request that needed
-    it is refused: a decision route answers a deny naming this)."""
+class SharedStateError(StoreUnavailableError):
+    """The shared PostgreSQL state cannot be reached now (the request that needed it is
+    refused: a decision route answers a deny naming this, another route 503)."""
 
 
 class _QmarkCursor:
@@ -92,7 +94,7 @@ class PgStateDB:
         try:
             import psycopg  # noqa: F401 - the postgres extra
         except ImportError as exc:
-            raise SharedStateError("--store postgresql://… needs psycopg: "
+            raise CallgateError("--store postgresql://… needs psycopg: "
                                    "pip install 'callgate[postgres]'") from exc
         self.url = url
         self._idle: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue(pool_size)
@@ -107,7 +109,7 @@ class PgStateDB:
             row = cur.execute(f"SELECT value FROM {SCHEMA}.meta WHERE name = "
                               f"'schema_version'").fetchone()
         if row is None or row[0] != _SCHEMA_VERSION:
-            raise SharedStateError(f"the shared state in {self.redacted} has schema version "
+            raise CallgateError(f"the shared state in {self.redacted} has schema version "
                                    f"{row[0] if row else None}, this callgate knows "
                                    f"{_SCHEMA_VERSION}")
 
@@ -131,18 +133,9 @@ class PgStateDB:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection; closed instead of pooled again when the block fails."""
-        import psycopg
-
         if self._closed.is_set():
             raise SharedStateError("the shared state is closed")
-        try:
-            conn = self._idle.get_nowait()
-        except queue.Empty:
-            try:
-                conn = self._connect()
-            except psycopg.Error as exc:
-                raise SharedStateError(f"cannot reach the shared state at {self.redacted}: "
-                                       f"{exc}") from exc
+        conn = self._checkout()
         try:
             yield conn
         except BaseException:
@@ -158,6 +151,31 @@ class PgStateDB:
         except queue.Full:
             conn.close()
 
+    def _checkout(self) -> psycopg.Connection[Any]:
+        """An idle connection that answers (one empty round trip), else a new one.
+
+        A pooled connection may have died while it was idle (the server restarted); finding
+        out at the request's first statement would fail a request the server could serve.
+        """
+        import psycopg
+
+        while True:
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                conn.execute("")
+                return conn
+            except psycopg.Error:
+                conn.close()
+                self._drain()  # the server went away: the other idle ones are dead too
+        try:
+            return self._connect()
+        except psycopg.Error as exc:
+            raise SharedStateError(f"cannot reach the shared state at {self.redacted}: "
+                                   f"{exc}") from exc
+
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Cursor[Any]]:
         """A cursor inside one transaction (committed when the block ends without error);
@@ -168,8 +186,9 @@ class PgStateDB:
             with self.connection() as conn, conn.transaction(), conn.cursor() as cur:
                 yield cur
         except psycopg.Error as exc:
-            raise SharedStateError(f"the shared state at {self.redacted} failed: "
-                                   f"{type(exc).__name__}: {exc}".strip()) from exc
+            kind = SharedStateError if isinstance(exc, psycopg.OperationalError) else CallgateError
+            raise kind(f"the shared state at {self.redacted} failed: "
+                       f"{type(exc).__name__}: {exc}".strip()) from exc
 
     @contextmanager
     def cursor(self) -> Iterator[_QmarkCursor]:
