@@ -230,7 +230,10 @@ class FlowIndex:
         return sorted(found.items())[:MAX_SOURCES]
 
     def _containing(self, piece: str, tokens: list[str]) -> list[tuple[int, frozenset[str]]]:
-        words = _spaced([t.casefold() for t in tokens])
+        # The same words in order count only when the words themselves are long enough to be
+        # a value: "0::::!" is six characters, but its one word "0" is in every listing.
+        spelled = sum(len(t) for t in tokens) >= MIN_VALUE_CHARS
+        words = _spaced([t.casefold() for t in tokens]) if spelled else ""
         out: dict[int, frozenset[str]] = {}
         for key in reversed(self._candidates(tokens)):
             entry = self._entries.get(key)
