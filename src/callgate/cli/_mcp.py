@@ -34,23 +34,38 @@ def mcp_group() -> None:
 @_audit_option
 @_pins_option
 @click.option("--name", help="The server's name in policies and the audit log "
-                             "(mcp__NAME__TOOL; default: the command's file name).")
+                             "(mcp__NAME__TOOL; default: the command's file name; required "
+                             "when the command is a launcher such as npx or uvx).")
+@click.option("--pass-env", "pass_env", multiple=True, metavar="NAME",
+              help="Give the server this variable of the proxy's environment too (repeatable; "
+                   "`mcp wrap` adds one for each key of a client entry's env).")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr what the gateway does.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def proxy_command(policy: str | None, preset: str | None, audit: str | None, pins: str | None,
-                  name: str | None, verbose: bool, command: tuple[str, ...]) -> None:
+                  name: str | None, pass_env: tuple[str, ...], verbose: bool,
+                  command: tuple[str, ...]) -> None:
     """A stdio MCP server in front of COMMAND (give it after --)."""
     from callgate.integrations.mcp._run import run_proxy
+    from callgate.integrations.mcp._wrap import LAUNCHERS, launcher_of
     from callgate.policy._settings import SERVER_NAME
 
     _stderr_logging(verbose)
     loaded = load_cli_policy(policy, preset)
+    if name is None and launcher_of(command[0]) in LAUNCHERS:
+        # every npx-started server would otherwise be `npx`: rules written for one server's
+        # tools would not meet them, and their pins would collide
+        fail(f"{command[0]} starts another program: name the server with --name NAME "
+             f"(its tools are mcp__NAME__TOOL in the policy)")
     server = name or _default_name(command[0])
     if not SERVER_NAME.match(server):
         fail(f"server name {server!r}: use letters, digits, '_', '.', '-' "
              f"(no '__', no '_' at the end)")
+    for variable in pass_env:
+        if not variable or "=" in variable or "\0" in variable:
+            fail(f"--pass-env {variable!r}: give a variable's name")
     try:
-        sys.exit(run_proxy(loaded, name=server, command=command, audit=audit, pins=pins))
+        sys.exit(run_proxy(loaded, name=server, command=command, audit=audit, pins=pins,
+                           pass_env=pass_env))
     except CallgateError as exc:
         fail(f"error: {exc}", 1)
 
@@ -101,7 +116,8 @@ def wrap_command(config: str, policy: str | None, audit: str | None, undo: bool)
         return
     verb = "restored" if undo else "wrapped"
     for name in report.wrapped:
-        click.echo(f"{verb}: {name}")
+        renamed = report.renamed.get(name)
+        click.echo(f"{verb}: {name}" + (f" (as server {renamed})" if renamed else ""))
     for name in report.already:
         click.echo(f"unchanged: {name}")
     for name, why in report.skipped:
@@ -114,11 +130,12 @@ def wrap_command(config: str, policy: str | None, audit: str | None, undo: bool)
 @click.argument("tool")
 @_pins_option
 def trust_command(server: str, tool: str, pins: str | None) -> None:
-    """Accept the changed definition of SERVER's TOOL as its new pin."""
+    """Accept the changed (or new) definition of SERVER's TOOL as its pin (TOOL
+    ``:instructions`` for the server's instructions)."""
     store = _open_pins(pins)
     try:
         if not store.trust(server, tool):
-            fail(f"no changed definition of {server}'s tool {tool!r} awaits trust", 1)
+            fail(f"no changed or new definition of {server}'s tool {tool!r} awaits trust", 1)
         click.echo(f"trusted: {server} {tool}")
     finally:
         store.close()
@@ -132,9 +149,10 @@ def pins_command(server: str | None, pins: str | None) -> None:
     store = _open_pins(pins)
     try:
         for pin in store.pins(server):
-            state = f"CHANGED -> {pin.pending[:12]} (run: callgate mcp trust {pin.server} " \
+            held = "NEW" if not pin.digest else "CHANGED"
+            state = f"{held} -> {pin.pending[:12]} (run: callgate mcp trust {pin.server} " \
                     f"{pin.tool})" if pin.pending else "pinned"
-            click.echo(f"{pin.server}\t{pin.tool}\t{pin.digest[:12]}\t{state}")
+            click.echo(f"{pin.server}\t{pin.tool}\t{pin.digest[:12] or '-'}\t{state}")
     finally:
         store.close()
 
@@ -149,8 +167,7 @@ def _open_pins(pins: str | None) -> PinStore:
 
 def _default_name(command: str) -> str:
     import os
-    import re
 
-    base = os.path.basename(command) or "server"
-    name = re.sub(r"_{2,}", "_", re.sub(r"[^A-Za-z0-9_.-]", "-", base))
-    return name[:63].strip("-._") or "server"
+    from callgate.integrations.mcp._wrap import server_name
+
+    return server_name(os.path.basename(command))

@@ -50,6 +50,12 @@ def _reason(guard: str, what: str, message: str) -> Reason:
     return Reason(id=f"guard.{guard}.{what}", check="guard", message=message)
 
 
+#: A parameter value at least this long is taken out of the call's output before fingerprinting.
+_ECHO_CHARS = 6
+#: Parameter values taken out of an output, at most (the longest first).
+_MAX_ECHOES = 32
+
+
 def secret_parts(text: str, *, sensitive: bool) -> list[str]:
     """The parts of ``text`` worth fingerprinting; everything non-blank when ``sensitive``
     and nothing more specific is found."""
@@ -97,12 +103,20 @@ class SecretsGuard:
         return None
 
     def observe(self, call: ToolCall, result: ToolResult | None) -> None:
-        """Fingerprint the secret parts of what a call returned."""
-        if result is None or result.status != "ok":
+        """Fingerprint the secret parts of what a call returned (a failed call's output too:
+        an error message can quote what it read)."""
+        if result is None or result.status == "denied":
             return
         sensitive = scan_of(call).sensitive
         origin = f"{call.tool} at {call.run_id or 'run'}:{call.sequence}"
-        for text in walk_strings(result.output):
+        # What the call itself sent is no secret it read: an output that repeats its own path
+        # ("ENOENT: …/secret.txt") must not make that path a secret for the next call.
+        sent = sorted({t for t in walk_strings(call.parameters) if len(t) >= _ECHO_CHARS},
+                      key=len, reverse=True)[:_MAX_ECHOES]
+        for found in walk_strings(result.output):
+            text = found
+            for echoed in sent:
+                text = text.replace(echoed, " ")
             for part in secret_parts(text, sensitive=sensitive):
                 self.store.add("secret", part, origin)
 

@@ -319,6 +319,7 @@ class Kernel:
                     result = _withheld(result, f"guard.observe-failed: {failure}")
                 if result.status == "ok":
                     self._completed[call.tool] += 1
+                if result.status != "denied":  # a failed tool's output reaches the agent too
                     self._index_output(seq, result, call, produced)
                 return self._audit_result(result, produced, "report")
             except Exception as exc:

@@ -14,6 +14,8 @@ import pytest
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from tests.integrations.mcp.conftest import MODES, SCRIPTED, Gw, connect, read_json_lines, text_of
 
+from callgate.audit import AuditStore
+
 pytestmark = pytest.mark.slow
 
 
@@ -50,6 +52,16 @@ def test_ping_progress_prompts_and_completions_pass_through(gw: Gw, mode: str) -
     assert [p[0] for p in progress] == [1, 2, 3] and progress[-1][2] == "step 3"
     assert prompts == ["greet"] and said == "Say hello to alice."
     assert completed == ["alice", "albert"]
+    # the prompt's text went before the model: the run's log has it as an event
+    store = AuditStore.open(gw.audit)
+    try:
+        events = [r.payload["data"] for run in store.run_ids() for r in store.records(run)
+                  if r.kind == "system" and r.payload.get("kind") == "event"
+                  and r.payload["data"].get("action") == "mcp_prompt"]
+    finally:
+        store.close()
+    assert [e["args"]["prompt"] for e in events] == ["greet"]
+    assert "Say hello to alice." in events[0]["output"]
 
 
 @pytest.mark.parametrize("mode", MODES)

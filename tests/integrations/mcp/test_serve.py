@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -129,12 +130,13 @@ def test_text_fetched_from_the_web_cannot_be_committed_or_written_and_the_fetch_
     assert not clean_commit.is_error, text_of(clean_commit)
 
 
-def test_a_rug_pull_over_http_suspends_the_tool(gw: Gw, world: tuple[Path, Path, Path, Path]
-                                                ) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_rug_pull_over_http_suspends_the_tool(gw: Gw, world: tuple[Path, Path, Path, Path],
+                                                mode: str) -> None:
     _, _, rug, log = world
     with serving(gw, gw.policy) as url:
         async def main(change: bool) -> types.CallToolResult:
-            async with connect(url, "auto") as client:
+            async with connect(url, mode) as client:
                 if change:
                     rug.write_text("now")
                 await client.list_tools()
@@ -147,12 +149,13 @@ def test_a_rug_pull_over_http_suspends_the_tool(gw: Gw, world: tuple[Path, Path,
     assert len(read_json_lines(log)) == 1
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_an_upstream_killed_mid_call_over_http_errors_and_the_others_go_on(
-        gw: Gw, world: tuple[Path, Path, Path, Path]) -> None:
+        gw: Gw, world: tuple[Path, Path, Path, Path], mode: str) -> None:
     root = world[0]
     with serving(gw, gw.policy) as url:
         async def main() -> list[types.CallToolResult]:
-            async with connect(url, "legacy") as client:
+            async with connect(url, mode) as client:
                 with anyio.fail_after(60):
                     died = await client.call_tool("scripted__die", {})
                 return [died,
@@ -261,3 +264,83 @@ mcp:
                           env=gw.env(), capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode != 0
     assert "broken.yaml:5:5" in done.stderr and "bogus" in done.stderr
+
+
+def _scripted_pair(gw: Gw, extra: str = "") -> Path:
+    return gw.write_policy(f"""\
+mcp:
+  timeout_s: 3
+  max_message_bytes: 65536
+  servers:
+    good: {{command: "{sys.executable}", args: ["{SCRIPTED}"]}}
+    broken: {{command: "{sys.executable}", args: ["{SCRIPTED}", --fail-list]}}
+{extra}""")
+
+
+def test_a_server_that_cannot_list_hides_its_own_tools_not_the_others(gw: Gw) -> None:
+    with serving(gw, _scripted_pair(gw)) as url:
+        async def main() -> tuple[set[str], types.CallToolResult]:
+            async with connect(url, "auto") as client:
+                names = {t.name for t in (await client.list_tools()).tools}
+                return names, await client.call_tool("broken__echo", {"text": "x"})
+
+        names, refused = anyio.run(main)
+    assert "good__echo" in names and not any(n.startswith("broken__") for n in names)
+    assert refused.is_error and "[mcp.upstream-error]" in text_of(refused)
+
+
+def test_a_request_over_the_size_bound_is_refused_over_http(gw: Gw) -> None:
+    import httpx
+
+    with serving(gw, _scripted_pair(gw)) as url:
+        body = ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"good__echo",'
+                '"arguments":{"text":"' + "a" * 70000 + '"}}}')
+        refused = httpx.post(url, content=body, headers={
+            "content-type": "application/json", "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2025-11-25"}, timeout=30)
+    assert refused.status_code == 413
+
+
+def test_a_request_naming_another_host_is_refused_dns_rebinding(gw: Gw) -> None:
+    import httpx
+
+    with serving(gw, _scripted_pair(gw)) as url:
+        refused = httpx.post(url, content="{}", headers={
+            "content-type": "application/json", "host": "attacker.example:80",
+            "accept": "application/json, text/event-stream"}, timeout=30)
+    assert refused.status_code == 421
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_approval_over_http_is_asked_and_a_declined_call_never_runs(gw: Gw, mode: str) -> None:
+    log = gw.tmp / "calls.jsonl"
+    gw.write_policy(f"""\
+mcp:
+  timeout_s: 10
+  servers:
+    s: {{command: "{sys.executable}", args: ["{SCRIPTED}", --log, "{log}"]}}
+""", rules="""\
+  - id: ask-echo
+    priority: 10
+    match: {tool: mcp__s__echo}
+    decision: require-approval
+    reason: echoes need a human
+""")
+    asked: list[str] = []
+
+    def answering(approve: bool) -> Any:
+        async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
+            asked.append(params.message)
+            return types.ElicitResult(action="accept", content={"approve": approve})
+        return elicit
+
+    with serving(gw, gw.policy) as url:
+        async def main(approve: bool) -> types.CallToolResult:
+            async with connect(url, mode, elicitation_callback=answering(approve)) as client:
+                return await client.call_tool("s__echo", {"text": f"{mode}-{approve}"})
+
+        approved, declined = anyio.run(main, True), anyio.run(main, False)
+    assert text_of(approved) == f"{mode}-True"
+    assert declined.is_error and "[approval.refused]" in text_of(declined)
+    assert len(asked) == 2 and all("[ask-echo]" in m for m in asked)
+    assert [c["arguments"]["text"] for c in read_json_lines(log)] == [f"{mode}-True"]

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.integrations.mcp.conftest import CALLGATE
+from mcp import StdioServerParameters
+from tests.integrations.mcp.conftest import CALLGATE, SCRIPTED, Gw, connect, text_of
 
 from callgate._errors import CallgateError
 from callgate.integrations.mcp import wrap_config
@@ -45,8 +48,9 @@ def test_stdio_servers_are_wrapped_with_their_keys_kept_and_remote_ones_skipped(
     data = json.loads(path.read_text())
     fs = data["mcpServers"]["fs"]
     assert fs["command"] == "/opt/cg/bin/callgate"
-    assert fs["args"] == ["mcp", "proxy", "--policy", str(policy), "--name", "fs", "--", "npx",
-                          "-y", "@modelcontextprotocol/server-filesystem", "/tmp"]
+    assert fs["args"] == ["mcp", "proxy", "--policy", str(policy), "--pass-env", "K", "--name",
+                          "fs", "--", "npx", "-y", "@modelcontextprotocol/server-filesystem",
+                          "/tmp"]
     assert fs["env"] == {"K": "V"} and data["mcpServers"]["git"]["disabled"] is False
     assert data["mcpServers"]["remote"] == DESKTOP["mcpServers"]["remote"]
     assert data["globalShortcut"] == ""
@@ -143,15 +147,19 @@ _text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters
                 min_size=1, max_size=20)
 
 
+_variable = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True)
+
+
 @settings(max_examples=100, deadline=None)
 @given(command=_text, args=st.lists(st.one_of(_text, st.just("--"), st.just("--name")),
-                                    min_size=1, max_size=6), name=_text)
+                                    min_size=1, max_size=6), name=_text,
+       env=st.dictionaries(_variable, _text, max_size=3))
 def test_undo_of_wrap_is_the_identity(tmp_path_factory: pytest.TempPathFactory, command: str,
-                                      args: list[str], name: str) -> None:
+                                      args: list[str], name: str, env: dict[str, str]) -> None:
     tmp = tmp_path_factory.mktemp("prop")
     path, policy = tmp / "c.json", tmp / "p.yaml"
     policy.write_text("name: p\nversion: 1\n")
-    original = {"mcpServers": {name: {"command": command, "args": args}}}
+    original = {"mcpServers": {name: {"command": command, "args": args, "env": env}}}
     path.write_text(json.dumps(original))
     wrap_config(path, policy=policy)
     wrap_config(path, undo=True)
@@ -167,3 +175,52 @@ def test_the_cli_wraps_and_undoes(config: tuple[Path, Path]) -> None:
     undone = subprocess.run([str(CALLGATE), "mcp", "wrap", str(path), "--undo"],
                             capture_output=True, text=True, check=False)
     assert undone.returncode == 0 and json.loads(path.read_text()) == DESKTOP
+
+
+def test_an_entry_named_outside_server_names_runs_under_a_name_made_from_it(
+        tmp_path: Path) -> None:
+    path, policy = tmp_path / "c.json", tmp_path / "p.yaml"
+    policy.write_text("name: p\nversion: 1\n")
+    path.write_text(json.dumps({"mcpServers": {
+        "Google Drive": {"command": "gdrive"}, "Google/Drive": {"command": "gdrive2"},
+        "github_": {"command": "gh"}}}))
+    report = wrap_config(path, policy=policy)
+    assert report.renamed == {"Google Drive": "Google-Drive", "Google/Drive": "Google-Drive-2",
+                              "github_": "github"}
+    servers = json.loads(path.read_text())["mcpServers"]
+    names = [e["args"][e["args"].index("--name") + 1] for e in servers.values()]
+    assert names == ["Google-Drive", "Google-Drive-2", "github"]
+    shown = subprocess.run([str(CALLGATE), "mcp", "wrap", str(path), "--undo"],
+                           capture_output=True, text=True, check=False)
+    assert shown.returncode == 0
+    assert {e["command"] for e in json.loads(path.read_text())["mcpServers"].values()} == {
+        "gdrive", "gdrive2", "gh"}
+
+
+def test_an_env_key_that_reads_as_an_option_is_refused(tmp_path: Path) -> None:
+    path, policy = tmp_path / "c.json", tmp_path / "p.yaml"
+    policy.write_text("name: p\nversion: 1\n")
+    path.write_text(json.dumps({"mcpServers": {"x": {"command": "x", "env": {"--name": "y"}}}}))
+    with pytest.raises(CallgateError, match=r"mcpServers\.x\.env"):
+        wrap_config(path, policy=policy)
+
+
+@pytest.mark.slow
+def test_a_wrapped_entry_starts_and_its_env_reaches_the_server_and_nothing_else(gw: Gw) -> None:
+    gw.write_policy()
+    path = gw.tmp / ".mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"my tools": {
+        "command": sys.executable, "args": [str(SCRIPTED)], "env": {"API_TOKEN": "tok-1"}}}}))
+    wrap_config(path, policy=gw.policy, audit=gw.audit, callgate_path=str(CALLGATE))
+    entry = json.loads(path.read_text())["mcpServers"]["my tools"]
+    # what a client does with the entry: its command, its args, its env over the client's own
+    params = StdioServerParameters(command=entry["command"], args=entry["args"],
+                                   env={**gw.env(OTHER_SECRET="not-for-servers"), **entry["env"]})
+
+    async def main() -> dict[str, str]:
+        async with connect(params, "auto") as client:
+            return dict(json.loads(text_of(await client.call_tool("env", {}))))
+
+    env = anyio.run(main)
+    assert env["API_TOKEN"] == "tok-1" and "OTHER_SECRET" not in env
+    assert [d["call"]["tool"] for d in gw.decisions()] == ["mcp__my-tools__env"]

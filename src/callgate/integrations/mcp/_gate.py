@@ -22,7 +22,7 @@ from callgate.kernel import Kernel
 from callgate.policy._schema import Policy
 from callgate.policy._settings import McpServerSettings
 
-__all__ = ["Gate", "call_of", "kernel_tool", "observation"]
+__all__ = ["OBSERVATION_LIMIT", "Gate", "call_of", "kernel_tool", "observation"]
 
 #: Characters of a result the behavioural trace and the audit log keep (the rest is cut).
 OBSERVATION_LIMIT = 65536

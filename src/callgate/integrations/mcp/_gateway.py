@@ -47,6 +47,7 @@ from callgate._model import Decision, Reason
 from callgate.audit import AuditLog, open_store
 from callgate.integrations.mcp._approval import Approvals
 from callgate.integrations.mcp._gate import (
+    OBSERVATION_LIMIT,
     Gate,
     call_of,
     kernel_tool,
@@ -65,8 +66,17 @@ __all__ = ["Gateway"]
 log = logging.getLogger("callgate.mcp")
 
 Ctx = ServerRequestContext[Any, Any]
-#: Downstream runs kept at once (HTTP sessions); the oldest is ended and dropped first.
+#: Downstream runs kept at once (HTTP sessions); the least recently used is ended first, and
+#: its connection is refused from then on (a clean run would forget its taint and history).
 MAX_RUNS = 256
+#: Connections whose run was ended that the gateway still recognises (to refuse them).
+MAX_ENDED = 65536
+#: The run 2026-07-28 requests share: never ended to make room.
+_SHARED = "http:stateless"
+
+
+class RunEndedError(CallgateError):
+    """The downstream connection's run was ended to make room for others."""
 
 
 class Gateway:
@@ -87,6 +97,7 @@ class Gateway:
         self.working_dir = working_dir
         self.upstreams: dict[str, Upstream] = {}
         self._gates: OrderedDict[str, Gate] = OrderedDict()
+        self._ended: OrderedDict[str, None] = OrderedDict()
         self._sessions: dict[str, ServerSession] = {}
         self._known: dict[str, set[str]] = {}
         self._suspended: dict[str, dict[str, str]] = {}
@@ -137,16 +148,31 @@ class Gateway:
             key = f"{key}|{server}"
         gate = self._gates.get(key)
         if gate is None:
+            if key in self._ended:
+                raise RunEndedError(
+                    "this connection's run was ended to make room for other connections "
+                    f"(more than {MAX_RUNS} at once); reconnect to start a new run")
             kernel = Kernel(self.policy_of(server if own else None), audit=self.audit,
                             working_dir=self.working_dir, run_id=f"mcp_{uuid.uuid4().hex}")
             gate = self._gates[key] = Gate(kernel)
-            while len(self._gates) > MAX_RUNS:
-                old_key, old = self._gates.popitem(last=False)
-                self._sessions.pop(old_key, None)
-                old.kernel.end_run()
+            self._make_room()
         self._gates.move_to_end(key)
         self._sessions[key] = ctx.session
         return gate
+
+    def _make_room(self) -> None:
+        """End the least recently used runs beyond ``MAX_RUNS`` (never the shared one)."""
+        for old_key in list(self._gates):
+            if len(self._gates) <= MAX_RUNS:
+                return
+            if old_key.split("|", 1)[0] == _SHARED:
+                continue
+            old = self._gates.pop(old_key)
+            self._sessions.pop(old_key, None)
+            self._ended[old_key] = None
+            while len(self._ended) > MAX_ENDED:
+                self._ended.popitem(last=False)
+            old.kernel.end_run()
 
     # -- names ------------------------------------------------------------------------------
 
@@ -194,7 +220,12 @@ class Gateway:
         for server, upstream in self.upstreams.items():
             if upstream.down is not None:
                 continue
-            for tool in await self._review(server, upstream):
+            try:
+                reviewed = await self._review(server, upstream)
+            except UpstreamError as exc:  # one server failing hides its tools, not the others'
+                log.warning("MCP server %s: its tools are not listed: %s", server, exc)
+                continue
+            for tool in reviewed:
                 if self._hide(server, tool.name):
                     continue
                 tools.append(tool.model_copy(update={"name": self.exposed(server, tool.name)}))
@@ -245,17 +276,26 @@ class Gateway:
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams
                          ) -> types.CallToolResult | types.InputRequiredResult:
         routed = self.route(params.name)
+        try:
+            gate = self.gate_for(ctx, None if routed is None else routed[0])
+        except RunEndedError as exc:
+            return _error_result(f"callgate: {exc}")
         if routed is None:
-            self.gate_for(ctx)
             return _error_result(f"callgate: no server offers a tool named {params.name!r}")
         server, tool = routed
-        gate = self.gate_for(ctx, server)
         call = gate.prepare(call_of(server, tool, params.arguments))
+        # The refusals come first: an approval given before a tool's definition changed (or its
+        # server went down) does not carry the retry past them.
+        refusal = await self._refusal(server, tool)
         resumed = self.approvals.resume(params, call, gate)
+        if resumed is not None and refusal is not None:
+            gate.report(resumed[0], output=None, error=refusal.message, taint=(),
+                        status="denied")
+            resumed = None
         if resumed is not None:
             decision, answer = resumed
         else:
-            decision = gate.decide(call, await self._refusal(server, tool))
+            decision = gate.decide(call, refusal)
             answer = None
         if decision.verdict == "deny":
             return gate.denied_result(decision, params.name)
@@ -283,22 +323,27 @@ class Gateway:
                 await ctx.session.report_progress(progress, total, message)
 
         started = time.monotonic()
+        source = untrusted(self.servers[server], tool)
         try:
             result = await self.upstreams[server].call_tool(tool, arguments, progress)
         except UpstreamError as exc:
-            gate.report(decision, output=None, error=str(exc), taint=(),
-                        duration_ms=_ms_since(started))
-            return _error_result(f"callgate: {exc}")
+            # the text may quote the server's own error message: the model reads it, so the
+            # kernel observes it as the call's output
+            text = f"callgate: {exc}"
+            recorded = gate.report(decision, output=text, error=str(exc), taint=source,
+                                   duration_ms=_ms_since(started))
+            return _error_result(text if recorded.output is not None else
+                                 f"callgate withheld the error of {exposed}: {recorded.error}")
         except anyio.get_cancelled_exc_class():
             # the client cancelled (the SDK tells the server); the call's end is on record
             gate.report(decision, output=None, error="cancelled by the client", taint=(),
                         duration_ms=_ms_since(started))
             raise
+        # An error result is observed like any other: its text reaches the model as well.
         recorded = gate.report(decision, output=observation(result),
                                error="the tool reported an error" if result.is_error else None,
-                               taint=untrusted(self.servers[server], tool),
-                               duration_ms=_ms_since(started))
-        if recorded.status != "ok" and not result.is_error:
+                               taint=source, duration_ms=_ms_since(started))
+        if recorded.output is None:  # withheld: no guard could inspect it, or no audit took it
             return _error_result(f"callgate withheld the output of {exposed}: "
                                  f"{recorded.error}")
         return result
@@ -339,10 +384,16 @@ class Gateway:
             result: types.ReadResourceResult = await upstream.request(
                 "resources/read", lambda: upstream.client.read_resource(uri))
         except UpstreamError as exc:
-            gate.report(decision, output=None, error=str(exc), taint=())
-            raise _mcp_error(types.INTERNAL_ERROR, f"callgate: {exc}") from exc
-        gate.report(decision, output=observation(result), error=None,
-                    taint=untrusted(self.servers[server], "read_resource"))
+            recorded = gate.report(decision, output=f"callgate: {exc}", error=str(exc),
+                                   taint=untrusted(self.servers[server], "read_resource"))
+            raise _mcp_error(types.INTERNAL_ERROR, f"callgate: {exc}" if recorded.output
+                             is not None else f"callgate withheld the error reading {uri}"
+                             ) from exc
+        recorded = gate.report(decision, output=observation(result), error=None,
+                               taint=untrusted(self.servers[server], "read_resource"))
+        if recorded.output is None:
+            raise _mcp_error(types.INTERNAL_ERROR, f"callgate withheld the resource {uri}: "
+                                                   f"{recorded.error}")
         return result
 
     async def _list_prompts(self, ctx: Ctx, params: Any) -> types.ListPromptsResult:
@@ -360,6 +411,16 @@ class Gateway:
         upstream = self.upstreams[routed[0]]
         result: types.GetPromptResult = await upstream.request(
             "prompts/get", lambda: upstream.client.get_prompt(routed[1], params.arguments))
+        # The prompt's text goes before the model: the run's trace and audit log see it, with
+        # the server's declared source, as they see a tool's output.
+        text = "\n".join(getattr(m.content, "text", f"[{m.content.type}]")
+                         for m in result.messages)[:OBSERVATION_LIMIT]
+        with contextlib.suppress(RunEndedError):
+            self.gate_for(ctx, routed[0]).kernel.note(
+                "mcp_prompt", {"server": routed[0], "prompt": routed[1],
+                               "arguments": dict(params.arguments or {})},
+                output=text, taint=("tool-output", *untrusted(self.servers[routed[0]],
+                                                               routed[1])))
         return result
 
     async def _complete(self, ctx: Ctx, params: types.CompleteRequestParams
@@ -403,9 +464,19 @@ class Gateway:
                 await session.send_notification(note)
 
     def _instructions(self) -> str | None:
-        parts = [u.client.instructions for u in self.upstreams.values()
-                 if u.down is None and u.client.instructions]
-        return "\n\n".join(p for p in parts if p) or None
+        """The upstreams' instructions for the client, each as pinned: a server whose
+        instructions changed since they were pinned has them withheld until trusted."""
+        parts: list[str] = []
+        for name, upstream in self.upstreams.items():
+            text = upstream.client.instructions if upstream.down is None else None
+            if not text:
+                continue
+            why = self.pins.review_instructions(name, text)
+            if why is not None:
+                log.warning("%s", why)
+                continue
+            parts.append(text)
+        return "\n\n".join(parts) or None
 
 
 def own_policies(loaded: LoadedPolicy, servers: Mapping[str, McpServerSettings]

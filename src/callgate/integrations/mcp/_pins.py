@@ -7,6 +7,11 @@ a shadowing description aimed at another server's tool) does not replace the pin
 definition waits in ``pending``, calls to the tool are refused naming the change, and
 ``callgate mcp trust SERVER TOOL`` makes the pending definition the pin.
 
+Only a server's first listing is trusted on sight. A tool that appears in a later listing (a
+server that grows a ``send_*`` tool, or one whose description shadows another server's tool) is
+held the same way until it is trusted. The server's ``instructions`` (text the client puts
+before the model) are pinned too, under the name ``:instructions``, and withheld while changed.
+
 The store is one SQLite file shared by every gateway process of a user; it is the only state
 the gateway keeps besides the audit log.
 """
@@ -31,6 +36,8 @@ __all__ = ["PinStore", "PinnedTool", "default_state_dir", "fingerprint"]
 
 #: The parts of a tool definition a pin covers: everything the model reads about the tool.
 PINNED_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+#: The pin name of a server's instructions (no tool can be named so: MCP tool names have no ':').
+INSTRUCTIONS = ":instructions"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pins (
@@ -86,21 +93,29 @@ class PinStore:
             raise CallgateError(f"cannot open the MCP pin store {self.path}: {exc}") from exc
 
     def review(self, server: str, tools: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-        """Pin the tools seen for the first time; return {tool: why} for those whose definition
-        differs from their pin (the changed definition is kept as pending)."""
+        """Pin the tools of a server's first listing; return {tool: why} for those held: a
+        definition that differs from its pin, or a tool new since the first listing (the
+        definition is kept as pending)."""
         changed: dict[str, str] = {}
         now = time.time()
         with self._transaction() as db:
-            pinned = dict(db.execute("SELECT tool, digest FROM pins WHERE server = ?",
-                                     (server,)).fetchall())
+            pinned = dict(db.execute("SELECT tool, digest FROM pins WHERE server = ? AND "
+                                     "tool <> ?", (server, INSTRUCTIONS)).fetchall())
+            first = not pinned
             for tool in tools:
                 name = str(tool.get("name", ""))
                 digest = fingerprint(tool)
                 definition = json.dumps(tool, sort_keys=True, ensure_ascii=False)
-                if name not in pinned:
+                if name not in pinned and not first:
+                    db.execute("INSERT OR REPLACE INTO pending VALUES (?, ?, ?, ?, ?)",
+                               (server, name, digest, definition, now))
+                    changed[name] = (
+                        f"MCP tool {name!r} of server {server!r} appeared after the server's "
+                        f"tools were pinned (digest {digest[:12]}); its calls are refused until "
+                        f"`callgate mcp trust {server} {name}` accepts it")
+                elif name not in pinned:
                     db.execute("INSERT INTO pins VALUES (?, ?, ?, ?, ?)",
                                (server, name, digest, definition, now))
-                    pinned[name] = digest
                 elif pinned[name] == digest:  # back to the pinned definition
                     db.execute("DELETE FROM pending WHERE server = ? AND tool = ?",
                                (server, name))
@@ -112,6 +127,27 @@ class PinStore:
                         f"it was pinned (digest {pinned[name][:12]} -> {digest[:12]}); its calls "
                         f"are refused until `callgate mcp trust {server} {name}` accepts it")
         return changed
+
+    def review_instructions(self, server: str, text: str) -> str | None:
+        """Pin a server's instructions on first sight; why they are withheld when they differ
+        from the pin (the new text kept as pending), else None."""
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        with self._transaction() as db:
+            row = db.execute("SELECT digest FROM pins WHERE server = ? AND tool = ?",
+                             (server, INSTRUCTIONS)).fetchone()
+            if row is None:
+                db.execute("INSERT INTO pins VALUES (?, ?, ?, ?, ?)",
+                           (server, INSTRUCTIONS, digest, text, time.time()))
+                return None
+            if row[0] == digest:
+                db.execute("DELETE FROM pending WHERE server = ? AND tool = ?",
+                           (server, INSTRUCTIONS))
+                return None
+            db.execute("INSERT OR REPLACE INTO pending VALUES (?, ?, ?, ?, ?)",
+                       (server, INSTRUCTIONS, digest, text, time.time()))
+        return (f"the instructions of MCP server {server!r} changed since they were pinned "
+                f"(digest {row[0][:12]} -> {digest[:12]}); they are withheld until "
+                f"`callgate mcp trust {server} {INSTRUCTIONS}` accepts them")
 
     def trust(self, server: str, tool: str) -> bool:
         """Make the pending definition of ``tool`` its pin; False when none is pending."""
@@ -126,14 +162,18 @@ class PinStore:
         return True
 
     def pins(self, server: str | None = None) -> list[PinnedTool]:
-        """Every pin (of ``server``), with the digest of a changed definition awaiting trust."""
+        """Every pin (of ``server``), with the digest of a changed definition awaiting trust;
+        a tool held since it appeared has an empty ``digest``."""
         query = ("SELECT p.server, p.tool, p.digest, q.digest FROM pins p LEFT JOIN pending q "
-                 "ON p.server = q.server AND p.tool = q.tool")
+                 "ON p.server = q.server AND p.tool = q.tool"
+                 " UNION ALL SELECT q.server, q.tool, '', q.digest FROM pending q WHERE NOT "
+                 "EXISTS (SELECT 1 FROM pins p WHERE p.server = q.server AND p.tool = q.tool)")
+        query = f"SELECT * FROM ({query})"
         args: tuple[str, ...] = ()
         if server is not None:
-            query, args = query + " WHERE p.server = ?", (server,)
+            query, args = query + " WHERE server = ?", (server,)
         with self._lock:
-            rows = self._db.execute(query + " ORDER BY p.server, p.tool", args).fetchall()
+            rows = self._db.execute(query + " ORDER BY 1, 2", args).fetchall()
         return [PinnedTool(*row) for row in rows]
 
     def close(self) -> None:

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+from mcp.server.transport_security import TransportSecuritySettings
 
 from callgate._errors import CallgateError
-from callgate.integrations.mcp._gateway import Gateway
+from callgate.integrations.mcp._gateway import MAX_RUNS, Gateway
 from callgate.integrations.mcp._pins import PinStore, default_state_dir
 from callgate.integrations.mcp._transport import client_stdio
 from callgate.policy._loader import LoadedPolicy
@@ -28,10 +29,11 @@ __all__ = ["proxy_servers", "run_proxy", "serve_http"]
 log = logging.getLogger("callgate.mcp")
 
 
-def proxy_servers(settings: McpSettings, name: str, command: Sequence[str]
-                  ) -> dict[str, McpServerSettings]:
+def proxy_servers(settings: McpSettings, name: str, command: Sequence[str],
+                  pass_env: Sequence[str] = ()) -> dict[str, McpServerSettings]:
     """The one upstream of ``callgate mcp proxy``: the command given, with what the policy's
-    ``mcp.servers.NAME`` says of it (source, environment, timeouts)."""
+    ``mcp.servers.NAME`` says of it (source, environment, timeouts), and ``pass_env`` (names
+    of the proxy's environment the child gets too, as a wrapped client entry's ``env``)."""
     if not command:
         raise CallgateError("give the server's command after --, e.g. "
                             "`callgate mcp proxy --policy p.yaml -- mcp-server-git`")
@@ -40,7 +42,9 @@ def proxy_servers(settings: McpSettings, name: str, command: Sequence[str]
         raise CallgateError(f"the policy declares server {name!r} with a url; the stdio proxy "
                             f"runs a command (use `callgate mcp serve` for url servers)")
     base = declared or McpServerSettings(command=command[0])
-    return {name: base.model_copy(update={"command": command[0], "args": tuple(command[1:])})}
+    passed = tuple(dict.fromkeys((*base.pass_env, *pass_env)))
+    return {name: base.model_copy(update={"command": command[0], "args": tuple(command[1:]),
+                                          "pass_env": passed})}
 
 
 def _pins(settings: McpSettings, pins: str | None, state: Path) -> PinStore:
@@ -48,12 +52,12 @@ def _pins(settings: McpSettings, pins: str | None, state: Path) -> PinStore:
 
 
 def run_proxy(loaded: LoadedPolicy, *, name: str, command: Sequence[str], audit: str | None,
-              pins: str | None = None) -> int:
+              pins: str | None = None, pass_env: Sequence[str] = ()) -> int:
     """Serve MCP on stdin/stdout in front of ``command``; the exit code."""
     settings = loaded.policy.mcp or McpSettings()
     state = default_state_dir()
     store = _pins(settings, pins, state)
-    gateway = Gateway(loaded, proxy_servers(settings, name, command), pins=store,
+    gateway = Gateway(loaded, proxy_servers(settings, name, command, pass_env), pins=store,
                       audit=audit or str(_audit_default(state)), aggregate=False)
 
     async def main() -> int:
@@ -98,7 +102,9 @@ def serve_http(loaded: LoadedPolicy, *, host: str, port: int, audit: str | None,
         async with contextlib.AsyncExitStack() as stack:
             for failure in await gateway.connect(stack):
                 log.error("callgate mcp serve: %s (its tools are refused)", failure)
-            app = gateway.server().streamable_http_app(host=host)
+            app = gateway.server().streamable_http_app(
+                host=host, max_request_body_size=settings.max_message_bytes,
+                max_sessions=MAX_RUNS, transport_security=_security(host, port))
             config = uvicorn.Config(app, host=host, port=port, log_level="warning",
                                     lifespan="on")
             await uvicorn.Server(config).serve()
@@ -108,6 +114,18 @@ def serve_http(loaded: LoadedPolicy, *, host: str, port: int, audit: str | None,
         return anyio.run(main)
     finally:
         store.close()
+
+
+def _security(host: str, port: int) -> TransportSecuritySettings | None:
+    """DNS-rebinding protection for any loopback address (the SDK's own covers three names):
+    only requests addressed to this host and port, from pages of it, are served."""
+    if not _loopback(host):
+        return None
+    shown = f"[{host}]" if ":" in host else host
+    hosts = [f"{shown}:{port}", f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts])
 
 
 def _audit_default(state: Path) -> Path:

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -46,11 +47,32 @@ _CHUNK = 65536
 _STOP_GRACE_S = 2.0
 
 
+#: Bytes of an oversized line kept, to find the id of the request it answers or asks.
+_HEAD_BYTES = 512
+#: A message's id when it is its first member (after ``jsonrpc``), as every SDK writes it.
+_LEADING_ID = re.compile(rb'\A\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*'
+                         rb'(-?\d{1,18}(?![\d.eE])|"(?:[^"\\\x00-\x1f]|\\.){0,200}")')
+
+
 @dataclass(frozen=True, slots=True)
 class Oversized:
-    """A line longer than the bound, dropped unread (``size``: the bytes seen)."""
+    """A line longer than the bound, dropped unread (``size``: the bytes seen; ``head``: the
+    first bytes, where its id is)."""
 
     size: int
+    head: bytes = b""
+
+    @property
+    def ident(self) -> int | str | None:
+        """The message's id when its first bytes name it, else None."""
+        found = _LEADING_ID.match(self.head)
+        if found is None:
+            return None
+        try:
+            value = json.loads(found.group(1))
+        except ValueError:
+            return None
+        return value if isinstance(value, int | str) and not isinstance(value, bool) else None
 
 
 async def read_lines(stream: anyio.abc.ByteReceiveStream, limit: int
@@ -58,6 +80,7 @@ async def read_lines(stream: anyio.abc.ByteReceiveStream, limit: int
     """Each line of ``stream`` (without its newline), or ``Oversized`` for one over ``limit``."""
     buffer = bytearray()
     dropping = 0
+    head = b""
     while True:
         try:
             chunk = await stream.receive(_CHUNK)
@@ -66,10 +89,11 @@ async def read_lines(stream: anyio.abc.ByteReceiveStream, limit: int
         start = 0
         while (end := chunk.find(b"\n", start)) >= 0:
             if dropping:
-                yield Oversized(dropping + end - start)
+                yield Oversized(dropping + end - start, head)
                 dropping = 0
             elif len(buffer) + end - start > limit:
-                yield Oversized(len(buffer) + end - start)
+                yield Oversized(len(buffer) + end - start,
+                                (bytes(buffer) + chunk[start:start + _HEAD_BYTES])[:_HEAD_BYTES])
             else:
                 buffer += chunk[start:end]
                 yield bytes(buffer)
@@ -77,6 +101,8 @@ async def read_lines(stream: anyio.abc.ByteReceiveStream, limit: int
             start = end + 1
         rest = len(chunk) - start
         if dropping or len(buffer) + rest > limit:
+            if not dropping:
+                head = (bytes(buffer) + chunk[start:start + _HEAD_BYTES])[:_HEAD_BYTES]
             dropping += len(buffer) + rest
             buffer.clear()
         else:
@@ -143,7 +169,7 @@ async def client_stdio(limit: int) -> AsyncIterator[Streams]:
                 async for line in read_lines(reader, limit):
                     if isinstance(line, Oversized):
                         await replies.send(SessionMessage(_error(
-                            None, types.INVALID_REQUEST,
+                            line.ident, types.INVALID_REQUEST,
                             f"the message of {line.size} bytes exceeds the gateway's bound of "
                             f"{limit} bytes; not read")))
                         continue
@@ -245,7 +271,14 @@ async def child_stdio(command: str, args: Sequence[str], *, env: Mapping[str, st
     async def pump_in() -> None:
         assert process.stdout is not None
         async with in_send:
-            async for line in read_lines(process.stdout, limit):
+            async for read in read_lines(process.stdout, limit):
+                line = read
+                if isinstance(read, Oversized) and read.ident is not None:
+                    # the request it answers fails now, rather than waiting out its timeout
+                    line = _error(read.ident, types.INTERNAL_ERROR, (
+                        f"MCP server {command!r} answered with {read.size} bytes, over the "
+                        f"gateway's bound of {limit} bytes; dropped")).model_dump_json(
+                            by_alias=True).encode()
                 parsed = None if isinstance(line, Oversized) else parse_message(line)
                 if isinstance(parsed, types.JSONRPCMessage | types.JSONRPCError) and not (
                         isinstance(parsed, types.JSONRPCError) and parsed.id is None):

@@ -3,8 +3,10 @@
 The client negotiates the era itself (``server/discover`` first, the ``initialize`` handshake
 for servers that predate 2026-07-28), so servers of either era work behind the gateway. Every
 request is bounded by the server's timeout; a server that died or stalls gives an error, never a
-hang, and is marked down so later calls are refused at once. Responses are not cached: each
-``tools/list`` reaches the server, which is what lets the pins see a changed definition.
+hang. A server whose connection is gone is marked down, so later calls are refused at once; one
+that times out fails that request only, until ``MAX_STALLS`` requests in a row have timed out.
+Responses are not cached: each ``tools/list`` reaches the server, which is what lets the pins see
+a changed definition.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ log = logging.getLogger("callgate.mcp")
 
 #: Pages of a listing read before the gateway stops (a paginator that never ends cannot hang it).
 MAX_PAGES = 100
+#: Requests in a row that time out before the server is taken for stalled and marked down.
+MAX_STALLS = 3
 
 Notify = Callable[[str, types.ServerNotification], Awaitable[None]]
 
@@ -56,6 +60,7 @@ class Upstream:
         self._client: Client | None = None
         self._stack = contextlib.AsyncExitStack()
         self.down: str | None = None
+        self._stalls = 0
 
     async def __aenter__(self) -> Upstream:
         client = Client(self._transport(), mode="auto", cache=None,
@@ -129,22 +134,27 @@ class Upstream:
 
     async def request(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
         """One bounded request; its failure as ``UpstreamError`` (the server marked down when
-        the connection is gone or the request timed out)."""
+        the connection is gone, or after ``MAX_STALLS`` timeouts in a row)."""
         if self.down is not None:
             raise UpstreamError(self.down)
         try:
             with anyio.fail_after(self.timeout_s):
-                return await call()
+                answer = await call()
         except TimeoutError as exc:
-            self.down = (f"MCP server {self.name!r} did not answer {what} within "
-                         f"{self.timeout_s:g} s")
-            raise UpstreamError(self.down) from exc
+            why = f"MCP server {self.name!r} did not answer {what} within {self.timeout_s:g} s"
+            self._stalls += 1
+            if self._stalls >= MAX_STALLS:
+                self.down = f"{why} ({self._stalls} requests in a row timed out)"
+            raise UpstreamError(why) from exc
         except Exception as exc:
+            self._stalls = 0
             why = _describe(exc)
             if _connection_lost(exc):
                 self.down = f"MCP server {self.name!r} is gone: {why}"
                 raise UpstreamError(self.down) from exc
             raise UpstreamError(f"MCP server {self.name!r} failed {what}: {why}") from exc
+        self._stalls = 0
+        return answer
 
     async def list_tools(self) -> list[types.Tool]:
         """Every tool, page by page (at most ``MAX_PAGES``)."""

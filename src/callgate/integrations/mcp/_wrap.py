@@ -3,9 +3,13 @@
 The formats are those of Claude Code (``.mcp.json``; ``~/.claude.json``, which also keeps
 servers under ``projects.PATH.mcpServers``), Claude Desktop and Cursor: an object whose
 ``mcpServers`` maps a name to ``{"command", "args", "env", …}``. A wrapped entry runs
-``callgate mcp proxy --policy P --name NAME [--audit A] -- COMMAND ARGS…``; everything else in
-the entry stays. The wrapped form describes itself, so ``--undo`` takes the original command back
-from after the first ``--`` and needs no other record. An entry already wrapped (under any
+``callgate mcp proxy --policy P [--audit A] [--pass-env KEY…] --name NAME -- COMMAND ARGS…``;
+everything else in the entry stays. The client still sets the entry's ``env`` on the process it
+starts (now the proxy), so each of its keys is passed on to the server with ``--pass-env``; the
+proxy gives the server nothing else of its environment. An entry whose name cannot be a server
+name in policies (``Google Drive``) runs under a name made from it (``Google-Drive``). The
+wrapped form describes itself, so ``--undo`` takes the original command back from after
+``--name NAME --`` and needs no other record. An entry already wrapped (under any
 policy) is left as it is. Remote entries (``url``, ``type`` http or sse) are not wrapped: a
 stdio proxy cannot stand in front of them (``callgate mcp serve`` can).
 
@@ -18,32 +22,52 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from callgate._errors import CallgateError
 from callgate._jsonlimits import MAX_JSON_DEPTH, JSONTooDeepError, loads_bounded
 
-__all__ = ["WrapReport", "wrap_config"]
+__all__ = ["LAUNCHERS", "WrapReport", "launcher_of", "server_name", "wrap_config"]
 
 MAX_CONFIG_BYTES = 16 << 20
+#: Commands that start another program: the server's name must be given, not taken from them.
+LAUNCHERS = frozenset({"npx", "uvx", "bunx", "pnpx", "pipx", "node", "deno", "bun", "python",
+                       "python3", "uv", "docker", "podman", "sh", "bash", "zsh", "env", "npm",
+                       "pnpm", "yarn", "java", "ruby", "go", "cargo", "dotnet"})
 _PREFIX = ["mcp", "proxy"]
 _REMOTE = "remote server: put `callgate mcp serve` in front of it"
 
 
 @dataclass(frozen=True, slots=True)
 class WrapReport:
-    """What a wrap (or undo) did: entry names changed, left as they were, and skipped (why)."""
+    """What a wrap (or undo) did: entry names changed, left as they were, and skipped (why);
+    ``renamed`` maps an entry to the server name it runs under when its own cannot be one."""
 
     path: str
     wrapped: tuple[str, ...]
     already: tuple[str, ...]
     skipped: tuple[tuple[str, str], ...]
     changed: bool
+    renamed: dict[str, str] = field(default_factory=dict)
 
+
+def launcher_of(command: str) -> str:
+    """The program a command names, without directory or version (``python3.11`` → python)."""
+    base = os.path.basename(command)
+    return re.sub(r"[\d.]+$", "", base) or base
+
+
+def server_name(text: str) -> str:
+    """A valid server name made from ``text``: other characters as ``-``, no ``__``, nothing
+    but letters, digits or ``.``/``-`` at the ends, at most 63 characters."""
+    name = re.sub(r"_{2,}", "_", re.sub(r"[^A-Za-z0-9_.-]", "-", text))
+    name = re.sub(r"-{2,}", "-", name)[:63].strip("-._")
+    return name or "server"
 
 def wrap_config(path: str | os.PathLike[str], *, policy: str | os.PathLike[str] | None = None,
                 audit: str | os.PathLike[str] | None = None, callgate_path: str | None = None,
@@ -67,7 +91,9 @@ def wrap_config(path: str | os.PathLike[str], *, policy: str | os.PathLike[str] 
     done: list[str] = []
     already: list[str] = []
     skipped: list[tuple[str, str]] = []
+    renamed: dict[str, str] = {}
     for label, servers in _server_maps(data):
+        taken: set[str] = set()
         for name, entry in servers.items():
             where = f"{label}{name}"
             if not isinstance(entry, dict):
@@ -76,12 +102,26 @@ def wrap_config(path: str | os.PathLike[str], *, policy: str | os.PathLike[str] 
                 skipped.append((where, _REMOTE))
                 continue
             _check_entry(source, name, entry)
-            outcome = _undo(entry) if undo else _wrap(entry, prefix, name)
+            server = _unique(server_name(name), taken)
+            if server != name:
+                renamed[where] = server
+            outcome = _undo(entry) if undo else _wrap(entry, prefix, server)
             (done if outcome else already).append(where)
     changed = bool(done)
     if changed:
         _write(source, raw, data, backup=not undo)
-    return WrapReport(source, tuple(done), tuple(already), tuple(skipped), changed)
+    return WrapReport(source, tuple(done), tuple(already), tuple(skipped), changed,
+                      {k: v for k, v in renamed.items() if k in done and not undo})
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name-2``, ``name-3`` … when another entry of the file took it."""
+    found, count = name, 1
+    while found in taken:
+        count += 1
+        found = f"{name[:60]}-{count}"
+    taken.add(found)
+    return found
 
 
 def _read(source: str) -> tuple[bytes, dict[str, Any]]:
@@ -132,6 +172,10 @@ def _check_entry(source: str, name: str, entry: dict[str, Any]) -> None:
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise CallgateError(f"{source}: mcpServers.{name}.args must be a list of strings")
+    env = entry.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(k, str) and k and "=" not in k
+                                            and not k.startswith("-") for k in env):
+        raise CallgateError(f"{source}: mcpServers.{name}.env must be an object of variables")
 
 
 def _separator(entry: dict[str, Any]) -> int | None:
@@ -151,8 +195,9 @@ def _wrap(entry: dict[str, Any], prefix: list[str], name: str) -> bool:
     if _is_wrapped(entry):
         return False
     original = [entry["command"], *entry.get("args", [])]
+    passed = [arg for key in entry.get("env", {}) for arg in ("--pass-env", key)]
     entry["command"] = prefix[0]
-    entry["args"] = [*prefix[1:], "--name", name, "--", *original]
+    entry["args"] = [*prefix[1:], *passed, "--name", name, "--", *original]
     return True
 
 
