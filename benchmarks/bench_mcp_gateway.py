@@ -95,49 +95,67 @@ def figures(samples: list[float]) -> dict[str, float]:
     return {"p50_ms": round(pct(samples, 0.5), 3), "p99_ms": round(pct(samples, 0.99), 3)}
 
 
+#: The gateway's policies measured: rules only, and the same with the built-in statement pack.
+POLICIES = {"rules": POLICY, "pack": POLICY.replace("run_state: {behavioral_rules: false}\n", "")}
+
+
 def main() -> None:
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     tmp = Path(tempfile.mkdtemp(prefix="callgate-mcp-bench-"))
     direct_stdio = StdioServerParameters(command=sys.executable, args=[str(ECHO)])
-    policy = tmp / "policy.yaml"
-    echo_port, gateway_port = free_port(), free_port()
-    policy.write_text(POLICY.replace("PYTHON", sys.executable).replace("ECHO", str(ECHO)))
-    proxied = StdioServerParameters(command=str(BIN / "callgate"), args=[
-        "mcp", "proxy", "--policy", str(policy), "--name", "echo-stdio", "--audit",
-        str(tmp / "stdio-audit.db"), "--pins", str(tmp / "pins.db"), "--",
-        sys.executable, str(ECHO)])
     report: dict[str, Any] = {"calls": calls}
-    # interleaved rounds, so drift on a shared machine hits both sides alike
-    stdio: dict[str, list[float]] = {"direct": [], "gateway": []}
-    for _ in range(2):
-        stdio["direct"] += anyio.run(measure, direct_stdio, "echo", calls // 2)
-        stdio["gateway"] += anyio.run(measure, proxied, "echo", calls // 2)
-    http: dict[str, list[float]] = {"direct": [], "gateway": []}
-    serve = [str(BIN / "callgate"), "mcp", "serve", "--config", str(policy), "--listen",
-             f"127.0.0.1:{gateway_port}", "--audit", str(tmp / "http-audit.db"), "--pins",
-             str(tmp / "pins.db")]
-    with process([sys.executable, str(ECHO), "--http", str(echo_port)], echo_port), \
-            process(serve, gateway_port):
-        for _ in range(2):
-            http["direct"] += anyio.run(measure, f"http://127.0.0.1:{echo_port}/mcp", "echo",
-                                        calls // 2)
-            http["gateway"] += anyio.run(measure, f"http://127.0.0.1:{gateway_port}/mcp",
-                                         "echo__echo", calls // 2)
     lines = [f"# MCP gateway: added latency per tools/call ({calls} calls each)", "",
-             "| transport | direct p50 | gateway p50 | added p50 (goal <= 2 ms) | direct p99 "
-             "| gateway p99 |", "|---|---|---|---|---|---|"]
-    for name, runs in (("stdio", stdio), ("http", http)):
-        direct, gateway = figures(runs["direct"]), figures(runs["gateway"])
-        added = round(gateway["p50_ms"] - direct["p50_ms"], 3)
-        report[name] = {"direct": direct, "gateway": gateway, "added_p50_ms": added,
-                        "goal_met": added <= GOAL_ADDED_P50_MS}
-        lines.append(f"| {name} | {direct['p50_ms']} ms | {gateway['p50_ms']} ms | "
-                     f"{added} ms {'ok' if added <= GOAL_ADDED_P50_MS else 'MISSED'} | "
-                     f"{direct['p99_ms']} ms | {gateway['p99_ms']} ms |")
+             "| transport | gateway policy | direct p50 | gateway p50 | added p50 (goal <= 2 ms) "
+             "| direct p99 | gateway p99 |", "|---|---|---|---|---|---|---|"]
+    echo_port = free_port()
+    with process([sys.executable, str(ECHO), "--http", str(echo_port)], echo_port):
+        for kind, text in POLICIES.items():
+            policy = tmp / f"{kind}.yaml"
+            policy.write_text(text.replace("PYTHON", sys.executable).replace("ECHO", str(ECHO)))
+            for name, runs in (("stdio", _stdio(tmp, kind, policy, direct_stdio, calls)),
+                               ("http", _http(tmp, kind, policy, echo_port, calls))):
+                direct, gateway = figures(runs["direct"]), figures(runs["gateway"])
+                added = round(gateway["p50_ms"] - direct["p50_ms"], 3)
+                report[f"{name}/{kind}"] = {"direct": direct, "gateway": gateway,
+                                            "added_p50_ms": added,
+                                            "goal_met": added <= GOAL_ADDED_P50_MS}
+                lines.append(f"| {name} | {kind} | {direct['p50_ms']} ms | {gateway['p50_ms']} ms "
+                             f"| {added} ms {'ok' if added <= GOAL_ADDED_P50_MS else 'MISSED'} | "
+                             f"{direct['p99_ms']} ms | {gateway['p99_ms']} ms |")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "mcp_gateway.json").write_text(json.dumps(report, indent=2) + "\n")
     (OUT / "mcp_gateway.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _stdio(tmp: Path, kind: str, policy: Path, direct: StdioServerParameters,
+           calls: int) -> dict[str, list[float]]:
+    proxied = StdioServerParameters(command=str(BIN / "callgate"), args=[
+        "mcp", "proxy", "--policy", str(policy), "--name", "echo-stdio", "--audit",
+        str(tmp / f"stdio-{kind}.db"), "--pins", str(tmp / "pins.db"), "--",
+        sys.executable, str(ECHO)])
+    # interleaved rounds, so drift on a shared machine hits both sides alike
+    runs: dict[str, list[float]] = {"direct": [], "gateway": []}
+    for _ in range(2):
+        runs["direct"] += anyio.run(measure, direct, "echo", calls // 2)
+        runs["gateway"] += anyio.run(measure, proxied, "echo", calls // 2)
+    return runs
+
+
+def _http(tmp: Path, kind: str, policy: Path, echo_port: int,
+          calls: int) -> dict[str, list[float]]:
+    gateway_port = free_port()
+    serve = [str(BIN / "callgate"), "mcp", "serve", "--config", str(policy), "--listen",
+             f"127.0.0.1:{gateway_port}", "--audit", str(tmp / f"http-{kind}.db"), "--pins",
+             str(tmp / "pins.db")]
+    runs: dict[str, list[float]] = {"direct": [], "gateway": []}
+    with process(serve, gateway_port):
+        for _ in range(2):
+            runs["direct"] += anyio.run(measure, f"http://127.0.0.1:{echo_port}/mcp", "echo",
+                                        calls // 2)
+            runs["gateway"] += anyio.run(measure, f"http://127.0.0.1:{gateway_port}/mcp",
+                                         "echo__echo", calls // 2)
+    return runs
 
 
 if __name__ == "__main__":
