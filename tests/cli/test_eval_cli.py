@@ -85,3 +85,32 @@ def test_a_policy_dir_replaces_the_pack_and_its_errors_name_their_place(
 def test_bad_options_are_refused(flags: list[str]) -> None:
     done = _eval(str(DEV), *flags)
     assert done.returncode == 2
+
+
+def test_files_of_the_same_name_are_told_apart(tmp_path: Path) -> None:
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "runs.jsonl").write_text(json.dumps(run()) + "\n")
+    out = tmp_path / "r.json"
+    done = _eval(str(tmp_path / "a" / "runs.jsonl"), str(tmp_path / "b" / "runs.jsonl"),
+                 "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "a/runs.jsonl" in done.stdout and "b/runs.jsonl" in done.stdout
+    assert len(json.loads(out.read_text())["files"]) == 2
+
+
+def test_report_without_matplotlib_is_refused_before_judging(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from click.testing import CliRunner
+
+    from callgate.cli._eval import eval_group
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else found(name, *a))
+    result = CliRunner().invoke(eval_group, ["agentdojo", str(DEV), "--report",
+                                             str(tmp_path / "r")])
+    assert result.exit_code == 2 and "callgate[eval]" in result.output
+    assert not (tmp_path / "r").exists()

@@ -11,7 +11,7 @@ import pytest
 
 from callgate import TraceError
 from callgate.abstraction import message_text
-from callgate.evaluation import read_runs
+from callgate.evaluation import _runs, read_runs
 from tests.evaluation.conftest import DEV, LATER, run
 
 
@@ -70,13 +70,40 @@ def test_every_bad_line_is_reported_and_good_lines_before_them_are_not_lost(
     assert "not JSON" in caught.value.problems[0].message
 
 
-def test_a_file_that_is_not_text_or_not_there_is_one_problem(tmp_path: Path) -> None:
-    binary = tmp_path / "x.jsonl"
-    binary.write_bytes(b"\xff\xfe\x00garbage\n")
-    for path in (binary, tmp_path / "missing.jsonl"):
+def test_a_file_that_is_not_there_or_not_gzip_inside_is_one_problem(tmp_path: Path) -> None:
+    corrupt = tmp_path / "x.jsonl.gz"
+    damaged = bytearray(gzip.compress(json.dumps(run()).encode() * 50))
+    for at in range(12, 40):  # the deflate stream damaged: zlib's own error
+        damaged[at] ^= 0x5A
+    corrupt.write_bytes(bytes(damaged))
+    for path in (corrupt, tmp_path / "missing.jsonl"):
         with pytest.raises(TraceError) as caught:
             list(read_runs(path))
         assert "cannot read the file" in caught.value.problems[0].message
+
+
+def test_a_line_that_is_not_utf8_is_named_and_the_lines_around_it_are_read(
+        tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(json.dumps(run()).encode() + b"\n\xff\xfe\x00garbage\n"
+                     + json.dumps(run()).encode() + b"\n")
+    with pytest.raises(TraceError) as caught:
+        list(read_runs(path))
+    (problem,) = caught.value.problems
+    assert problem.line == 2 and "not UTF-8" in problem.message
+
+
+def test_a_line_over_the_bound_is_named_without_being_held_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_runs, "MAX_LINE_BYTES", 4096)
+    path = tmp_path / "x.jsonl.gz"
+    with gzip.open(path, "wb") as handle:
+        handle.write(json.dumps(run()).encode() + b"\n" + b"x" * 3_000_000 + b"\n"
+                     + json.dumps(run()).encode() + b"\n")
+    with pytest.raises(TraceError) as caught:
+        list(read_runs(path))
+    (problem,) = caught.value.problems
+    assert problem.line == 2 and "longer than 4096 bytes" in problem.message
 
 
 def test_a_run_nested_beyond_the_bound_is_refused_at_its_line(tmp_path: Path) -> None:

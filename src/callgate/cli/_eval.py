@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -33,12 +32,18 @@ def agentdojo_command(files: tuple[str, ...], pack: str | None, policy_dir: str 
                       json_out: str | None, report: str | None, engine: str) -> None:
     """Judge AgentDojo run FILES (.jsonl or .jsonl.gz) with one policy per suite and score
     the verdicts against the runs' labels."""
+    import importlib.util
+
     from callgate.evaluation._evaluate import evaluate_agentdojo, policies_from_dir
-    from callgate.evaluation._report import write_json, write_report
+    from callgate.evaluation._report import display_names, write_json, write_report
     from callgate.policy.packs import load_policy_set
 
     if pack is not None and policy_dir is not None:
         raise click.UsageError("give --pack or --policy-dir, not both")
+    if report and importlib.util.find_spec("matplotlib") is None:
+        click.echo("error: --report draws its plots with matplotlib: "
+                   "pip install 'callgate[eval]'", err=True)
+        sys.exit(2)
     started = time.perf_counter()
     try:
         policies = policies_from_dir(policy_dir) if policy_dir else \
@@ -48,7 +53,7 @@ def agentdojo_command(files: tuple[str, ...], pack: str | None, policy_dir: str 
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     meta = {"policies": policy_dir or f"pack {pack or 'agentdojo'}", "engine": engine,
-            "files": [os.path.basename(f) for f in files]}
+            "files": list(display_names(files).values())}
     if json_out:
         write_json(json_out, result.tally, result.scored, meta)
     if report:
@@ -58,9 +63,11 @@ def agentdojo_command(files: tuple[str, ...], pack: str | None, policy_dir: str 
 
 
 def _summary(tally: Mapping[str, Any], seconds: float) -> None:
+    from callgate.evaluation._report import display_names
+
+    shown = display_names(tally["files"])
     rows: dict[str, Mapping[str, Any]] = {
-        "all": tally["overall"],
-        **{os.path.basename(k): v for k, v in tally["files"].items()}}
+        "all": tally["overall"], **{shown[k]: v for k, v in tally["files"].items()}}
     click.echo(f"{'file':<44} {'runs':>5} {'tp':>4} {'fp':>4} {'fn':>4} {'tn':>4} "
                f"{'prec':>6} {'recall':>6} {'f1':>6} {'no-atk':>6}")
     for name, r in rows.items():

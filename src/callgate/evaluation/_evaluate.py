@@ -53,7 +53,9 @@ def evaluate_agentdojo(paths: Sequence[str | os.PathLike[str]],
     for path in paths:
         pairs.extend(_judged(read_runs(path), judges))
     scored = score(pairs)
-    return Evaluation(scored, tally(scored))
+    statements_of = {suite: [b.id for b in loaded.policy.behavior]
+                     for suite, loaded in policies.items()}
+    return Evaluation(scored, tally(scored, statements_of))
 
 
 def _judged(runs: Iterable[AgentDojoRun], judges: Mapping[str, Judge]

@@ -11,27 +11,45 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from callgate.evaluation._score import Scored
 
-__all__ = ["flagged_runs", "write_json", "write_report"]
+__all__ = ["display_names", "flagged_runs", "write_json", "write_report"]
 
 _COLUMNS = ("runs", "tp", "fp", "fn", "tn", "precision", "recall", "f1",
             "no_attack_flagged_rate", "fp_no_attack", "fp_failed_attack", "errored")
 
 
+def display_names(sources: Iterable[str]) -> dict[str, str]:
+    """A short name for each file: its base name, or as many of its last path parts as tell
+    it from another file of the same base name (``a/runs.jsonl``, ``b/runs.jsonl``)."""
+    paths = list(dict.fromkeys(sources))
+    parts = {p: Path(p).parts for p in paths}
+    names: dict[str, str] = {}
+    for path in paths:
+        for depth in range(1, len(parts[path]) + 1):
+            tail = parts[path][-depth:]
+            if all(other == path or parts[other][-depth:] != tail for other in paths):
+                names[path] = "/".join(tail)
+                break
+        else:
+            names[path] = path
+    return names
+
+
 def flagged_runs(scored: Sequence[Scored]) -> list[dict[str, Any]]:
     """Every flagged run: where it came from, its label, and its witness."""
     out = []
+    shown = display_names(item.run.source for item in scored)
     for item in scored:
         witness = item.judgement.witness
         if witness is None or item.outcome == "errored":
             continue
         out.append({
-            "file": os.path.basename(item.run.source), "line": item.run.line,
+            "file": shown[item.run.source], "line": item.run.line,
             "run": item.run.name, "outcome": item.outcome,
             "label": "violation" if item.run.violation else (
                 "failed attack" if item.run.attacked else "no attack"),
@@ -69,7 +87,8 @@ def _table(rows: Mapping[str, Mapping[str, Any]], first: str) -> list[str]:
 def markdown(tally: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     """The report for people."""
     overall = tally["overall"]
-    files = {os.path.basename(k): v for k, v in tally["files"].items()}
+    shown = display_names(tally["files"])
+    files = {shown[k]: v for k, v in tally["files"].items()}
     lines = [
         "# AgentDojo runs judged by callgate", "",
         f"Policies: {meta.get('policies', '?')}; engine: {meta.get('engine', '?')}; "
@@ -80,10 +99,15 @@ def markdown(tally: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         "## Overall and per file", "", *_table({"all": overall, **files}, "file"), "",
         "## Per suite", "", *_table(tally["suites"], "suite"), "",
         "## Per statement", "",
-        "| statement | flagged | tp | fp | fp on no-attack runs | fp on failed attacks |",
-        "|---|---|---|---|---|---|",
-        *(f"| {sid} | {r['flagged']} | {r['tp']} | {r['fp']} | {r['fp_no_attack']} | "
-          f"{r['fp_failed_attack']} |" for sid, r in tally["statements"].items()), "",
+        "Each statement over the runs of the suites whose policy has it: a violation it did "
+        "not flag is its false negative (another statement may have flagged the run).", "",
+        "| statement | suites | flagged | tp | fp | fn | tn | precision | recall | f1 | "
+        "fp on no-attack runs | fp on failed attacks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *(f"| {sid} | {', '.join(r['suites'])} | {r['flagged']} | {r['tp']} | {r['fp']} | "
+          f"{r['fn']} | {r['tn']} | {_fmt(r['precision'])} | {_fmt(r['recall'])} | "
+          f"{_fmt(r['f1'])} | {r['fp_no_attack']} | {r['fp_failed_attack']} |"
+          for sid, r in tally["statements"].items()), "",
         "## Witnesses and time", "",
         "| file | flagged violations whose witness came after injected text | precision "
         "without failed attacks | ms per run (mean / p50 / max) |", "|---|---|---|---|",
@@ -126,7 +150,8 @@ def _plots(out: Path, tally: Mapping[str, Any], scored: Sequence[Scored]) -> lis
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    files = {os.path.basename(k).split(".jsonl")[0]: v for k, v in tally["files"].items()}
+    shown = display_names(tally["files"])
+    files = {shown[k].split(".jsonl")[0]: v for k, v in tally["files"].items()}
     names = list(files)
     figure, axis = plt.subplots(figsize=(8, 4))
     metrics = {"precision": "precision", "precision_without_failed_attacks":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -91,16 +92,17 @@ def read_runs(path: str | os.PathLike[str]) -> Iterator[AgentDojoRun]:
     problems: list[Problem] = []
     try:
         for number, raw in enumerate(_lines(source), start=1):
-            if not raw.strip():
-                continue
             try:
-                data = _parse(raw)
+                text = _text(raw)
+                if not text.strip():
+                    continue
+                data = _parse(text)
             except ValueError as exc:
                 problems.append(Problem(str(exc), source, number))
                 continue
             if not problems:
                 yield AgentDojoRun(source, number, data)
-    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         problems.append(Problem(f"cannot read the file: {exc}", source))
     if problems:
         if len(problems) > MAX_PROBLEMS:
@@ -109,15 +111,29 @@ def read_runs(path: str | os.PathLike[str]) -> Iterator[AgentDojoRun]:
         raise TraceError(problems)
 
 
-def _lines(source: str) -> Iterator[str]:
+def _lines(source: str) -> Iterator[bytes | None]:
+    """Each line's bytes, or None for a line longer than ``MAX_LINE_BYTES`` (never held whole:
+    the rest of it is read past in bounded pieces)."""
     with open(source, "rb") as probe:
         gzipped = probe.read(2) == b"\x1f\x8b"
     opener: Any = gzip.open if gzipped else open
     with opener(source, "rb") as handle:
-        for raw in handle:
-            if len(raw) > MAX_LINE_BYTES:
-                raise ValueError(f"a line is longer than {MAX_LINE_BYTES} bytes")
-            yield raw.decode("utf-8")
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            if len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n"):
+                yield raw
+                continue
+            while (rest := handle.readline(1 << 20)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+
+
+def _text(raw: bytes | None) -> str:
+    if raw is None:
+        raise ValueError(f"the line is longer than {MAX_LINE_BYTES} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 (byte {exc.start + 1} of the line)") from exc
 
 
 def _parse(text: str) -> dict[str, Any]:
