@@ -224,3 +224,18 @@ def test_an_argument_of_many_values_leaves_the_kind_and_verdicts_stay() -> None:
                                                                 _ev("read", path="/c")]
     said = _run(monitor, events)
     assert [i for i, s in enumerate(said) if s] == [40]
+
+
+def test_a_part_of_the_body_without_a_nested_future_still_blocks_online() -> None:
+    monitor = _monitor("always(not (action = send and once(action = read)) "
+                       "and not (action = z and once(eventually(action = q))))")
+    for action in ("read", "other"):
+        assert monitor.check_pending(Event(seq=0, action=action)) == []
+        monitor.commit(Event(seq=0, action=action))
+    refused = monitor.check_pending(Event(seq=3, action="send"))
+    assert [v.statement for v in refused] == ["s"] and refused[0].events == (3,)
+    # the nested-future part is judged when the run ends: z at 3 had a q after an earlier event
+    monitor.commit(Event(seq=3, action="z"))
+    assert monitor.check_pending(Event(seq=4, action="q")) == []
+    monitor.commit(Event(seq=4, action="q"))
+    assert [v.events for v in monitor.finish()] == [(3,)]

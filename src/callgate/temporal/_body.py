@@ -460,3 +460,40 @@ def _leaves(body: n.Body, out: list[n.Pattern]) -> None:
 
 def _index_of(items: list[n.Pattern], node: n.Pattern) -> int:
     return next(i for i, item in enumerate(items) if item is node)
+
+
+def conjuncts(body: n.Body) -> tuple[n.Body, ...]:
+    """``body`` as the parts of a conjunction (``not (A or B)`` read as ``not A and not B``),
+    flattened; a body that is no conjunction is its own one part."""
+    if isinstance(body, n.And):
+        return tuple(c for part in body.parts for c in conjuncts(part))
+    if isinstance(body, n.Not) and isinstance(body.body, n.Or):
+        return tuple(c for part in body.body.parts
+                     for c in conjuncts(n.Not(body=part, pos=body.pos)))
+    if isinstance(body, n.Not) and isinstance(body.body, n.Not):
+        return conjuncts(body.body.body)
+    return (body,)
+
+
+class SplitAlwaysMonitor:
+    """Monitors ``always(A and B)`` where only ``B`` nests a future in a past or a future:
+    ``always(A)`` is judged at each event (so its failures block online), ``always(B)`` at
+    the end of the run (``DeferredAlwaysMonitor``). The body is false exactly where one of
+    them is, so the positions reported are the same as for the whole body."""
+
+    def __init__(self, now: n.Body, later: n.Body) -> None:
+        self._now = AlwaysMonitor(now)
+        self._later = DeferredAlwaysMonitor(later)
+
+    def pending(self, ev: Event, pos: int) -> tuple[tuple[int, ...], object]:
+        failed, now = self._now.pending(ev, pos)
+        _, later = self._later.pending(ev, pos)
+        return failed, (now, later)
+
+    def apply(self, plan: object, pos: int) -> None:
+        now, later = cast(tuple[object, object], plan)
+        self._now.apply(now, pos)
+        self._later.apply(later, pos)
+
+    def finish(self) -> tuple[int, ...]:
+        return tuple(sorted({*self._now.finish(), *self._later.finish()}))

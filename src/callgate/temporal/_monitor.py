@@ -26,7 +26,13 @@ from typing import Literal, Protocol
 from callgate._errors import Problem, TemporalError
 from callgate._model import Event, Witness
 from callgate.temporal import _nodes as n
-from callgate.temporal._body import AlwaysMonitor, DeferredAlwaysMonitor, nested_future
+from callgate.temporal._body import (
+    AlwaysMonitor,
+    DeferredAlwaysMonitor,
+    SplitAlwaysMonitor,
+    conjuncts,
+    nested_future,
+)
 from callgate.temporal._forms import (
     AbsMonitor,
     BrespMonitor,
@@ -81,9 +87,15 @@ class CompiledStatement:
         """Fresh incremental state for one run."""
         st = self.statement
         if st.body is not None:
-            if nested_future(st.body):
+            if not nested_future(st.body):
+                return AlwaysMonitor(st.body)
+            parts = conjuncts(st.body)
+            now = [p for p in parts if not nested_future(p)]
+            later = [p for p in parts if nested_future(p)]
+            if not now:
                 return DeferredAlwaysMonitor(st.body)
-            return AlwaysMonitor(st.body)
+            # the parts that need no future are judged at each event: their failures block
+            return SplitAlwaysMonitor(_joined(now), _joined(later))
         patterns = tuple(
             CompiledPattern(p, st.variables, binding=i == 0) for i, p in enumerate(st.patterns)
         )
@@ -318,3 +330,7 @@ def _value(body: n.Body, assignment: dict[int, bool]) -> bool:
     if isinstance(body, n.Or):
         return any(_value(p, assignment) for p in body.parts)
     return assignment[id(body)]
+
+
+def _joined(parts: list[n.Body]) -> n.Body:
+    return parts[0] if len(parts) == 1 else n.And(parts=tuple(parts), pos=parts[0].pos)
