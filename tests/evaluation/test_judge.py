@@ -149,3 +149,4 @@ def test_mail_to_an_address_only_a_second_hand_document_names_is_flagged() -> No
         {"role": "assistant", "content": "Done.", "tool_calls": None},
         prompt="Send a mail to the address in scores.xlsx.")
     assert not first_hand.flagged
+

@@ -110,7 +110,7 @@ def agentdojo_steps(run: Mapping[str, Any], outputs: Mapping[str, DeclaredOutput
             match = next((k for k in range(len(pending) - 1, -1, -1)
                           if pending[k][0] == call_id), None)
             if match is None:  # _results_by_call has already refused this
-                raise _problem(run, f"message {index}: tool result {call_id} matches no call")
+                raise _problem(run, f"message {line}: tool result {call_id} matches no call")
             _, number = pending.pop(match)
             call = message.get("tool_call") or {}
             output = text or str(message.get("error") or "")
@@ -134,7 +134,8 @@ def _results_by_call(run: Mapping[str, Any], messages: Sequence[Mapping[str, Any
             match = next((k for k in range(len(pending) - 1, -1, -1)
                           if pending[k][0] == call_id), None)
             if match is None:
-                raise _problem(run, f"message {index}: tool result {call_id} matches no call")
+                raise _problem(run, f"message {index + 1}: tool result {call_id} matches no "
+                                    f"call")
             found[pending.pop(match)[1]] = message
     return found
 
