@@ -96,3 +96,13 @@ def test_name_predicate_agrees_with_the_path_regex() -> None:
         assert is_sensitive_name(name), name
     for name in (".bashrc", ".envoy", "secretary.py", "shadow", "notes.md", ".sshrc-notes"):
         assert not is_sensitive_name(name), name
+
+
+def test_callgates_own_keys_are_sensitive_and_its_other_files_are_not() -> None:
+    for path in ("~/.cache/callgate/key", "/home/a/.cache/callgate/key",
+                 "cat .callgate/state.key", "./.callgate/state.key", "audit.db.key",
+                 "/var/lib/callgate/audit.db.key"):
+        assert SENSITIVE_PATH.search(path), path
+    for path in ("~/.cache/callgate/0f1e.policy", ".callgate/policy.yaml", "audit.db",
+                 "audit.db.log", "monkey.txt", ".cache/callgate-old/keys.txt"):
+        assert not SENSITIVE_PATH.search(path), path

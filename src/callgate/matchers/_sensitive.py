@@ -6,7 +6,10 @@ keys (``id_rsa``, ``id_ed25519`` …), environment files (``.env``, ``.env.local
 login and token files (``.netrc``, ``.pgpass``, ``.git-credentials``, ``.npmrc``, ``.pypirc``),
 the system's password files (``/etc/shadow``, ``/etc/gshadow``, ``/etc/sudoers``), and anything
 named ``credentials`` (anywhere in a name: ``mycredentials``) or ``secret``/``secrets`` (as a
-whole word of a name: ``config/secrets.yaml``, not ``secretary.py``).
+whole word of a name: ``config/secrets.yaml``, not ``secretary.py``), and callgate's own keys:
+the policy cache's secret (``~/.cache/callgate/key``), a Claude Code project's session key
+(``.callgate/state.key``) and an audit log's signing key (``*.db.key``). With one of those, an
+agent could forge what callgate trusts (a cached policy, a session's saved state, a checkpoint).
 
 :data:`SENSITIVE_PATH` searches any text (a path, a command line, a JSON value) and is what the
 run-state counters, the content guards and the sandbox's credential masks all use;
@@ -39,9 +42,13 @@ SENSITIVE_PATH = Screened(re2.compile(
     r"|id_(?:rsa|dsa|ecdsa|ed25519)"
     r"|[/\\]etc[/\\](?:\.?[/\\])*(?:shadow|gshadow|sudoers)"
     r"|credential"
-    rf"|(?:{_BEFORE}|[_.-])secrets?(?:[_.-]|{_AFTER})",
+    rf"|(?:{_BEFORE}|[_.-])secrets?(?:[_.-]|{_AFTER})"
+    rf"|{_BEFORE}\.cache[/\\]+callgate[/\\]+key{_AFTER}"
+    rf"|{_BEFORE}\.callgate[/\\]+state\.key{_AFTER}"
+    rf"|\.db\.key{_AFTER}",
 ), (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".pgpass", ".npmrc",
-    ".pypirc", ".config", ".env", "id_", "etc", "credential", "secret"), ignore_case=True)
+    ".pypirc", ".config", ".env", "id_", "etc", "credential", "secret", "callgate", ".db.key"),
+    ignore_case=True)
 
 #: Names of resources that hold secrets wherever they are: tables, vault endpoints, URLs.
 SECRET_RESOURCE = Screened(re2.compile(
