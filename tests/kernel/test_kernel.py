@@ -255,3 +255,32 @@ def test_guards_see_calls_and_results_and_can_deny(example_policy: LoadedPolicy,
     d = k.check(call("http", "get", url="https://api.github.com/?q=hunter2"))
     assert reason_ids(d) == ["guard.secret-word"]
     assert guard.observed == ["read"]
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_what_the_caller_changes_while_a_call_waits_is_not_what_runs(typed: bool) -> None:
+    policy = parse_policy("""\
+name: p
+version: 1
+principal: {name: a, capabilities: [{tool_class: messaging}]}
+rules:
+  - {id: ask, match: {tool_class: messaging}, decision: require-approval}
+""")
+    recipients = ["alice@example.com"]
+    parameters: dict[str, Any] = {"to": recipients, "meta": {"cc": []}}
+    raw: Any = {"tool": "send", "tool_class": "messaging", "action": "post",
+                "parameters": parameters}
+    if typed:
+        raw = ToolCall(**raw)
+
+    def approve(checked: Any, decision: Any) -> bool:
+        # the caller (another thread) changes what it still holds while the human is asked
+        recipients.append("mallory@evil.example")
+        parameters["meta"]["cc"].append("mallory@evil.example")
+        return True
+
+    k = Kernel(policy, audit=None, approval_handler=approve)
+    ran: list[dict[str, Any]] = []
+    k.register_executor("messaging", lambda c: ran.append(c.parameters) or "sent")
+    k.execute(raw)
+    assert ran == [{"to": ["alice@example.com"], "meta": {"cc": []}}]

@@ -8,6 +8,7 @@ that could not be read is audited.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Mapping
@@ -122,18 +123,35 @@ def _bounds(parameters: object) -> Reason | None:
 def _canonical(tool: str, tool_class: object, parameters: dict[str, Any],
                registry: ToolRegistry, *, path_classes: frozenset[str],
                resolved: set[str] | None) -> dict[str, Any] | Reason:
-    """``parameters`` with every path the checks will see made canonical (or as given when no
-    path check applies to the call), or why a path cannot be."""
+    """A copy of ``parameters`` with every path the checks will see made canonical (or as
+    given when no path check applies to the call), or why a path cannot be. Always a copy, down
+    to the last list: what the caller still holds cannot change what was checked."""
     declared = registry.get(tool)
     if tool_class != "file" and tool_class not in path_classes and (
             declared is None or declared.filesystem is None):
-        return parameters
+        return _copied(parameters)
     extra = declared.path_params if declared is not None else ()
     try:
         return canonical_parameters(parameters, registry.base(declared), extra,
                                     resolved=resolved)
     except PathRejected as exc:
         return _reason("path.rejected", str(exc))
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with every dict, list and set in it copied (the rest is immutable)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    if kind is list:
+        return [_copied(v) for v in value]
+    if kind is tuple:
+        return tuple(_copied(v) for v in value)
+    if kind is set:
+        return {_copied(v) for v in value}
+    if isinstance(value, (str, int, float, bool, bytes, frozenset)) or value is None:
+        return value
+    return copy.deepcopy(value)
 
 
 def canonicalise(call: ToolCall, registry: ToolRegistry, path_classes: frozenset[str],
