@@ -129,7 +129,8 @@ def _canonical(tool: str, tool_class: object, parameters: dict[str, Any],
     declared = registry.get(tool)
     if tool_class != "file" and tool_class not in path_classes and (
             declared is None or declared.filesystem is None):
-        return _copied(parameters)
+        copied: dict[str, Any] = _copied(parameters)
+        return copied
     extra = declared.path_params if declared is not None else ()
     try:
         return canonical_parameters(parameters, registry.base(declared), extra,

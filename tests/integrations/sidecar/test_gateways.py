@@ -5,8 +5,11 @@ http hooks."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests.integrations.sidecar.conftest import Server
+
+from callgate.audit import AuditStore
 
 
 def _before(name: str, arguments: object) -> dict[str, object]:
@@ -86,4 +89,73 @@ def test_claude_code_http_hook_answers_like_the_command_hook(server: Server) -> 
         wrong = http.post("/v1/gateways/claude-code/nope", json=event)
     body = json.loads(response.text)
     assert body["hookSpecificOutput"]["permissionDecision"] == "deny"
-    assert wrong.status_code == 401
+    # Claude Code lets a call go ahead on any answer but a 2xx it understands: a wrong key is a
+    # deny in the hook's own contract, never a 401
+    assert wrong.status_code == 200
+    refused = wrong.json()["hookSpecificOutput"]
+    assert refused["permissionDecision"] == "deny" and "key" in refused[
+        "permissionDecisionReason"]
+
+
+def _pre_tool(server: Server, session: str, tool_input: dict[str, object], *,
+              tool: str = "Read", cwd: str | None = None) -> dict[str, object]:
+    return {"session_id": session, "transcript_path": "/dev/null",
+            "cwd": cwd or str(server.root), "hook_event_name": "PreToolUse",
+            "tool_name": tool, "tool_input": tool_input, "tool_use_id": "toolu_9"}
+
+
+def test_claude_code_http_hook_refuses_in_its_contract_whatever_goes_wrong(
+        server: Server) -> None:
+    url = f"/v1/gateways/claude-code/{server.key}"
+    big = json.dumps(_pre_tool(server, "s-big", {"file_path": "data/notes.txt",
+                                                 "pad": "x" * (5 << 20)}))
+    with server.http() as http:
+        answers = [http.post(url, content=b"not json at all"),
+                   http.post(url, content=b"\xff\xfe"),
+                   http.post(url, content=big.encode()),
+                   http.post(url, json={"hook_event_name": "UserPromptSubmit",
+                                        "session_id": "s-2", "cwd": str(server.root),
+                                        "transcript_path": "/dev/null"}),
+                   http.post(url, content=json.dumps(_pre_tool(
+                       server, "s-ok", {"file_path": "data/notes.txt",
+                                        "pad": "y" * (2 << 20)})).encode())]
+    assert [a.status_code for a in answers] == [200] * 5
+    for denied in answers[:3]:
+        assert denied.json()["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert answers[3].json()["decision"] == "block"  # a prompt event without its prompt
+    # a payload over the API's 1 MiB but within the hook's own bound reaches the kernel,
+    # which decides it (its parameters are over the kernel's own bound)
+    decided = answers[4].json()["hookSpecificOutput"]
+    assert decided["permissionDecision"] == "deny"
+    assert "input.too-large" in decided["permissionDecisionReason"]
+
+
+def test_claude_code_http_hook_decides_in_the_sidecars_directory_not_the_requests(
+        server: Server, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "data").mkdir(parents=True)
+    (elsewhere / "data" / "private.txt").write_text("not the agent's\n")
+    event = _pre_tool(server, "s-cwd", {"file_path": str(elsewhere / "data" / "private.txt")},
+                      cwd=str(elsewhere))
+    with server.http() as http:
+        answer = http.post(f"/v1/gateways/claude-code/{server.key}", json=event).json()
+    # ./data/** is the sidecar's data folder; a request cannot move it by naming a cwd
+    assert answer["hookSpecificOutput"]["permissionDecision"] == "deny"
+
+
+def test_claude_code_http_hook_sessions_belong_to_the_key_that_opened_them(
+        server: Server) -> None:
+    event = _pre_tool(server, "s-shared", {"file_path": "data/notes.txt"})
+    with server.http() as http:
+        for key in (server.key, server.other):
+            answer = http.post(f"/v1/gateways/claude-code/{key}", json=event).json()
+            assert answer["hookSpecificOutput"]["permissionDecision"] == "allow"
+    (log,) = server.root.rglob("claude-code/audit.db")  # the hook service's own log
+    store = AuditStore.open(log)
+    try:
+        runs = [run for run in store.run_ids()
+                if any(r.kind == "system" and "s-shared" in json.dumps(r.payload)
+                       for r in store.records(run))]
+    finally:
+        store.close()
+    assert len(runs) == 2  # one session id, two keys: two sessions

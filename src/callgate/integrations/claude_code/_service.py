@@ -42,7 +42,7 @@ from callgate.policy import LoadedPolicy, parse_policy
 
 log = logging.getLogger("callgate.claude_code")
 
-__all__ = ["EVENTS", "MAX_PAYLOAD_BYTES", "Answer", "HookService"]
+__all__ = ["EVENTS", "MAX_PAYLOAD_BYTES", "Answer", "HookService", "http_answer"]
 
 #: The hook events callgate answers.
 EVENTS = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "UserPromptSubmit", "Stop",
@@ -118,8 +118,13 @@ class HookService:
     # -- the entry point --------------------------------------------------------------------
 
     def answer(self, payload: bytes, *, policy: str, project: str | None = None,
-               defer_allowed: bool = False, oversized: int | None = None) -> Answer:
-        """The answer to one hook event (``payload``: the bytes of the hook's stdin)."""
+               defer_allowed: bool = False, oversized: int | None = None,
+               namespace: str | None = None) -> Answer:
+        """The answer to one hook event (``payload``: the bytes of the hook's stdin).
+
+        ``namespace`` keeps sessions apart by who sent them (the sidecar's key name): the same
+        ``session_id`` under two namespaces is two sessions.
+        """
         with self._lock:
             event = "unknown"  # until the payload names one: answered in PreToolUse's contract
             try:
@@ -130,6 +135,8 @@ class HookService:
                 named = data.get("hook_event_name")
                 event = named if named in EVENTS else event
                 _check(data)
+                if namespace is not None and isinstance(data.get("session_id"), str):
+                    data = {**data, "session_id": f"{namespace}/{data['session_id']}"}
                 return self._dispatch(event, data, policy, project, defer_allowed)
             except _BadInputError as exc:
                 self._note_unattributed("bad-hook-input", {"event": event, "error": str(exc)})
@@ -379,6 +386,40 @@ def _refusal(event: str, reason: str, *, exit_code: int) -> Answer:
     if event in ("Stop", "SubagentStop", "SessionEnd", "SessionStart"):
         return Answer(stderr=reason, exit=1)  # these cannot be blocked usefully: say it
     return Answer(stderr=reason, exit=2)
+
+
+def http_answer(payload: bytes, answer: Answer | None, failure: str = "callgate refused"
+                ) -> dict[str, Any]:
+    """The body of a 200 answer to Claude Code's ``type: "http"`` hook.
+
+    Claude Code reads an http hook's decision only from a 2xx JSON body (any other status lets
+    the call go ahead), so what the command hook says with its exit code is said here in the
+    body: exit code 2 is a deny for a tool call and a block for any other event. ``answer`` is
+    None when the event could not be answered at all (``failure`` says why): a refusal.
+    """
+    event = _event_of(payload)
+    if answer is None:
+        answer = _refusal(event, failure, exit_code=2)
+    if answer.stdout.strip():
+        body: dict[str, Any] = json.loads(answer.stdout)
+        return body
+    if answer.exit == 2:
+        reason = answer.stderr or failure
+        if event in ("PreToolUse", "unknown"):
+            return dict(json.loads(pre_tool_answer("deny", reason).stdout))
+        return {"decision": "block", "reason": reason}
+    if answer.exit != 0 and answer.stderr:
+        return {"systemMessage": answer.stderr}
+    return {}
+
+
+def _event_of(payload: bytes) -> str:
+    """The hook event a payload names, or ``unknown`` (answered in PreToolUse's contract)."""
+    try:
+        named = _load(payload).get("hook_event_name")
+    except Exception:  # anything unreadable is unknown
+        return "unknown"
+    return named if named in EVENTS else "unknown"
 
 
 def observation(response: Any) -> str:

@@ -210,15 +210,42 @@ class _Routes:
         return JSONResponse(decided.as_json())
 
     async def claude_code(self, request: Request) -> Response:
-        _auth(self.sidecar, request, request.path_params["key"], "/v1/gateways/claude-code")
-        raw = await read_body(request)
-        if self.hooks is None:
-            from callgate.integrations.claude_code._service import HookService
+        """Claude Code's ``type: "http"`` hook. Claude Code lets a tool call go ahead on any
+        answer but a 2xx one it understands, so this route answers 200 with a hook answer
+        whatever happens: a bad key, a body over the bound, a failure are refusals in the
+        event's own contract (a deny for a tool call, a block for a prompt)."""
+        from callgate.integrations.claude_code._service import (
+            MAX_PAYLOAD_BYTES,
+            HookService,
+            http_answer,
+        )
 
+        raw = b""
+        oversized: int | None = None
+        try:
+            raw = await read_body(request, MAX_PAYLOAD_BYTES)
+        except Problem:
+            oversized = int(request.headers.get("content-length") or MAX_PAYLOAD_BYTES + 1)
+        try:
+            identity = _auth(self.sidecar, request, request.path_params["key"],
+                             "/v1/gateways/claude-code")
+        except Problem as problem:
+            return JSONResponse(http_answer(raw, None, f"callgate sidecar: {problem.message}"))
+        if self.hooks is None:
             self.hooks = HookService(self.sidecar.state_dir / "claude-code")
         hooks, policy = self.hooks, self.policy_path
-        answer = await anyio.to_thread.run_sync(lambda: hooks.answer(raw, policy=policy))
-        return Response(answer.stdout, media_type="application/json")
+        # sessions belong to the key that opened them, and run in the sidecar's working
+        # directory (never in a directory the request names)
+        project = str(self.sidecar.working_dir)
+        try:
+            answer = await anyio.to_thread.run_sync(lambda: hooks.answer(
+                raw, policy=policy, project=project, oversized=oversized,
+                namespace=identity.name))
+        except Exception as exc:
+            log.exception("callgate sidecar: the Claude Code hook failed")
+            return JSONResponse(http_answer(raw, None, f"callgate sidecar failed ({exc!r}); "
+                                                       f"refused"))
+        return JSONResponse(http_answer(raw, answer))
 
     async def docker_before(self, request: Request) -> Response:
         identity = _auth(self.sidecar, request, request.path_params["key"], "/v1/gateways/docker")

@@ -42,17 +42,17 @@ class Problem(Exception):  # noqa: N818 - an HTTP answer, raised to leave a rout
         return {"error": {"status": self.status, "field": self.field, "message": self.message}}
 
 
-async def read_body(request: Request) -> bytes:
-    """The body, at most ``MAX_BODY_BYTES`` (413 past it, unread)."""
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The body, at most ``limit`` bytes (413 past it, unread)."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise Problem(413, "body", f"longer than {MAX_BODY_BYTES} bytes")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise Problem(413, "body", f"longer than {limit} bytes")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise Problem(413, "body", f"longer than {MAX_BODY_BYTES} bytes")
+        if size > limit:
+            raise Problem(413, "body", f"longer than {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 
