@@ -183,3 +183,32 @@ def _records(audit: Path, run_id: str) -> list[Any]:
 
 def _run(http: Any) -> str:
     return str(http.post("/v1/runs", json={}).json()["run_id"])
+
+
+def test_an_approval_used_after_its_expiry_is_refused_though_it_was_approved(
+        fresh: Server) -> None:
+    fresh.args[fresh.args.index("--approval-ttl") + 1] = "1"
+    fresh.start()
+    with fresh.http(fresh.key) as http, fresh.http(fresh.approver) as boss:
+        asked = http.post("/v1/decide", json={"call": WRITE, "run_id": _run(http)}).json()
+        approval_id = asked["approval"]["id"]
+        assert boss.post(f"/v1/approvals/{approval_id}", json={"approve": True}).status_code \
+            == 200
+        time.sleep(1.5)
+        late = http.post("/v1/decide", json={"call": WRITE, "run_id": asked["run_id"],
+                                             "approval_id": approval_id}).json()
+    assert late["verdict"] == "deny" and "expired" in late["reasons"][0]["message"]
+
+
+def test_an_approval_does_not_carry_a_call_past_a_quarantine_that_came_after_it(
+        server: Server) -> None:
+    with server.http(server.key) as http, server.http(server.approver) as boss:
+        asked = http.post("/v1/decide", json={"call": WRITE, "run_id": _run(http)}).json()
+        approval_id = asked["approval"]["id"]
+        boss.post(f"/v1/approvals/{approval_id}", json={"approve": True})
+        refused = call("fetch", "http", "get", url="https://evil.example.net/x")
+        for _ in range(6):  # denials until the run is quarantined (read-only)
+            http.post("/v1/decide", json={"call": refused, "run_id": asked["run_id"]})
+        used = http.post("/v1/decide", json={"call": WRITE, "run_id": asked["run_id"],
+                                             "approval_id": approval_id}).json()
+    assert used["verdict"] == "deny" and "quarantined" in used["reasons"][0]["message"]

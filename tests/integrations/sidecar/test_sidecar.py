@@ -47,6 +47,21 @@ def test_decide_answers_as_callgate_decide_prints_plus_run_and_a_verifiable_rece
     assert not verify_receipt(receipt, public, call={**FETCH, "parameters": {"url": "x"}})
     forged = {**receipt, "body": {**receipt["body"], "verdict": "deny"}}
     assert not verify_receipt(forged, public)
+    # an old receipt is no permission now, nor is a genuine receipt of a deny
+    assert not verify_receipt(receipt, public, call=FETCH,
+                              now=receipt["body"]["issued_at"] + 3600)
+    assert verify_receipt(receipt, public, call=FETCH, max_age_s=None,
+                          now=receipt["body"]["issued_at"] + 3600)
+
+
+def test_a_genuine_receipt_of_a_deny_does_not_verify_as_a_permission(server: Server) -> None:
+    denied = call("fetch", "http", "get", url="https://evil.example.com/")
+    with server.http(server.key) as http:
+        answer = http.post("/v1/decide", json={"call": denied}).json()
+        public = http.get("/v1/keys").json()["keys"][0]["public_key"]
+    assert answer["verdict"] == "deny"
+    assert not verify_receipt(answer["receipt"], public, call=denied)
+    assert verify_receipt(answer["receipt"], public, call=denied, verdict="deny")
 
 
 def test_the_decision_equals_what_callgate_decide_prints_for_the_same_call(server: Server

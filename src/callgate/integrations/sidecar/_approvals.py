@@ -23,7 +23,7 @@ from callgate.integrations.sidecar._runs import StateStore
 __all__ = ["Approval", "ApprovalBook", "Refusal"]
 
 State = Literal["pending", "approved", "denied", "expired", "used"]
-Audit = Callable[[str, str, Mapping[str, Any]], None]
+Audit = Callable[[str, str, Mapping[str, Any]], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,15 +144,19 @@ class ApprovalBook:
             self._move(found, "expired", None, why=why)
 
     def redeem(self, approval_id: str, *, principal: str, run_id: str, call_sha256: str,
-               policy_sha256: str) -> Approval:
-        """Use an approved approval for the call it was granted for, once; else ``Refusal``
-        (recorded)."""
+               policy_sha256: str, record_use: Audit | None = None) -> Approval:
+        """Use an approved approval for the call it was granted for, once and before it
+        expires; else ``Refusal`` (recorded). ``record_use`` records the use and raises when it
+        cannot: the approval is then spent and the call refused (never an unrecorded allow)."""
         found = self.get(approval_id)
         problem = None
+        now = self._clock()
         if found is None:
             raise Refusal(404, f"no approval {approval_id}")
         if found.state != "approved":
             problem = f"approval {approval_id} is {found.state}, not approved"
+        elif now >= found.expires:
+            problem = f"approval {approval_id} expired before it was used"
         elif (found.principal, found.run_id) != (principal, run_id):
             problem = f"approval {approval_id} was granted to another principal or run"
         elif found.call_sha256 != call_sha256:
@@ -164,13 +168,14 @@ class ApprovalBook:
                                                      "call_sha256": call_sha256,
                                                      "why": problem})
             raise Refusal(403, problem)
-        with self._db.cursor() as cur:  # single use: only one redemption moves it
+        with self._db.cursor() as cur:  # single use: only one redemption moves it, in time
             moved = cur.execute("UPDATE approvals SET state = 'used' WHERE id = ? AND "
-                                "state = 'approved'", (approval_id,)).rowcount
+                                "state = 'approved' AND expires > ?",
+                                (approval_id, now)).rowcount
         if moved != 1:
-            raise Refusal(403, f"approval {approval_id} was already used")
-        self._audit(found.run_id, "approval-used", {"approval_id": approval_id,
-                                                    "call_id": found.call_id})
+            raise Refusal(403, f"approval {approval_id} was already used or has expired")
+        (record_use or self._audit)(found.run_id, "approval-used", {
+            "approval_id": approval_id, "call_id": found.call_id})
         return found
 
     def event(self, approval_id: str) -> threading.Event:

@@ -21,6 +21,7 @@ import base64
 import hashlib
 import json
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -102,15 +103,28 @@ class Signer:
 
 
 def verify_receipt(receipt: Mapping[str, Any], public_key: str | bytes, *,
-                   call: Mapping[str, Any] | None = None) -> bool:
+                   call: Mapping[str, Any] | None = None, verdict: str | None = "allow",
+                   max_age_s: float | None = 300.0, now: float | None = None) -> bool:
     """Whether ``receipt`` was signed by ``public_key`` (raw bytes or its URL-safe base64, as
-    ``GET /v1/keys`` gives it) and, with ``call``, binds that call (``tool``, ``tool_class``,
-    ``action`` and ``parameters`` as the kernel checked them). Never raises."""
+    ``GET /v1/keys`` gives it), says ``verdict`` (``allow`` unless told otherwise: a signed deny
+    is no permission; ``None`` accepts any verdict), was issued at most ``max_age_s`` seconds
+    ago (``None``: any age) and, with ``call``, binds that call (``tool``, ``tool_class``,
+    ``action`` and ``parameters`` as the kernel checked them). Never raises.
+
+    A receipt can be shown twice: a tool that must run a call once remembers the ``call_id``s
+    it honoured (within ``max_age_s``) and refuses a second one.
+    """
     try:
         raw = public_key if isinstance(public_key, bytes) else _unb64(public_key)
         body = receipt["body"]
         Ed25519PublicKey.from_public_bytes(raw).verify(_unb64(str(receipt["signature"])),
                                                        canonical_json(body))
+        if verdict is not None and body["verdict"] != verdict:
+            return False
+        if max_age_s is not None:
+            age = (time.time() if now is None else now) - float(body["issued_at"])
+            if not -60.0 <= age <= max_age_s:  # a minute of clock skew either way
+                return False
         if call is not None:
             bound = body["call"]
             return bool(bound["tool"] == call["tool"]

@@ -217,17 +217,28 @@ class Sidecar:
 
     async def _redeem(self, live: LiveRun, call: dict[str, Any], approval_id: str
                       ) -> dict[str, Any]:
-        async with live.lock:
-            checked = self._as_checked(live.kernel, call)
+        checked, quarantined = await self._in_run(live, lambda kernel: (
+            self._as_checked(kernel, call), kernel.run_state.quarantined), write=False)
         digest = call_digest(str(call.get("tool")), str(call.get("tool_class")),
                              str(call.get("action")), checked)
+        if quarantined:  # the run went read-only while the approver thought: no grant holds
+            return await self._refuse(live, call, checked, Reason(
+                id="approval.refused", check="approval", message=(
+                    f"approval {approval_id}: the run was quarantined after the approval was "
+                    f"asked for")))
         try:
             found = self.approvals.redeem(approval_id, principal=self.principal,
                                           run_id=live.run_id, call_sha256=digest,
-                                          policy_sha256=self.policy_sha256)
+                                          policy_sha256=self.policy_sha256,
+                                          record_use=self.audit.record_system)
         except Refusal as refusal:
             return await self._refuse(live, call, checked, Reason(
                 id="approval.refused", check="approval", message=refusal.message))
+        except Exception as exc:  # the use could not be recorded: spent, and refused
+            return await self._refuse(live, call, checked, Reason(
+                id="audit.write-failed", check="audit", message=(
+                    f"approval {approval_id} could not be recorded as used ({exc}); the call "
+                    f"is refused")))
         decision = Decision(verdict="allow", call_id=found.call_id, reasons=(Reason(
             id="approval.granted", check="approval",
             message=f"approved by {found.decided_by} ({approval_id})"),))
