@@ -212,3 +212,28 @@ def test_an_approval_does_not_carry_a_call_past_a_quarantine_that_came_after_it(
         used = http.post("/v1/decide", json={"call": WRITE, "run_id": asked["run_id"],
                                              "approval_id": approval_id}).json()
     assert used["verdict"] == "deny" and "quarantined" in used["reasons"][0]["message"]
+
+
+def test_a_sidecar_killed_before_it_saved_a_run_quarantines_it_and_reuses_no_call_id(
+        fresh: Server) -> None:
+    fresh.start()
+    with Client(fresh.url, fresh.key) as client:
+        run_id = client.run_id
+        client.check(call("open_ticket", "mcp", "call", id="T-1"))
+        time.sleep(2.6)  # saved
+        client.check(call("open_ticket", "mcp", "call", id="T-2"))  # in the log, not saved
+        lost = client.check(call("fetch", "http", "get", url="https://api.example.org/a"))
+    fresh.stop(signal.SIGKILL)
+    fresh.start()
+    try:
+        with fresh.http(fresh.key) as http:
+            after = http.post("/v1/decide", json={"call": call(
+                "save", "file", "write", path="data/x.txt", text="x"), "run_id": run_id}).json()
+    finally:
+        fresh.stop()
+    # the state lacks what was decided after the save: the run is read-only from here on
+    assert after["verdict"] == "deny" and after["reasons"][0]["check"] == "run-state"
+    records = _records(fresh.audit, run_id)
+    assert any(r.kind == "system" and r.payload.get("kind") == "state-gap" for r in records)
+    ids = [r.payload["call"]["id"] for r in records if r.kind == "decision"]
+    assert len(ids) == len(set(ids)) and lost.call_id in ids and after["call_id"] in ids

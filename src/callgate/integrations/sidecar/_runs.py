@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +61,7 @@ class RunEnded(LookupError):  # noqa: N818 - a 404 value, as NotFound
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, key_name TEXT NOT NULL, principal TEXT NOT NULL,
-    snapshot BLOB, ended INTEGER NOT NULL DEFAULT 0, updated REAL NOT NULL);
+    snapshot BLOB, ended INTEGER NOT NULL DEFAULT 0, updated REAL NOT NULL, attempt INTEGER);
 CREATE TABLE IF NOT EXISTS defaults (key_name TEXT PRIMARY KEY, run_id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS approvals (
     id TEXT PRIMARY KEY, key_name TEXT NOT NULL, principal TEXT NOT NULL,
@@ -82,6 +82,9 @@ class StateDB:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
+        if "attempt" not in columns:  # a state database of an earlier version
+            self._db.execute("ALTER TABLE runs ADD COLUMN attempt INTEGER")
         self._lock = threading.Lock()
 
     @contextmanager
@@ -121,6 +124,28 @@ class LiveRun:
 
 
 KernelFactory = Callable[[str, str, "bytes | None"], Kernel]
+#: A system record in the audit chain (run id, kind, payload).
+Recorder = Callable[[str, str, Mapping[str, Any]], None]
+#: The last call number the audit log holds for a run (0 when none).
+LastCall = Callable[[str], int]
+
+
+def seq_of(kernel: Kernel) -> int:
+    """Calls the kernel has numbered (the last call id's number)."""
+    return int(kernel._seq)
+
+
+def close_gap(kernel: Kernel, next_seq: int, record: Recorder | None) -> None:
+    """A sidecar died (or lost its store) after the kernel began deciding and before the
+    state was written: decisions may be in the audit log that the state lacks. Their effects
+    are unknown, so the run is quarantined (read-only calls only) and the gap recorded; the
+    call numbers go on from ``next_seq``, never reusing one the log holds."""
+    kernel._seq = max(seq_of(kernel), next_seq - 1)
+    reason = ("a sidecar stopped while deciding a call of this run, before its state was "
+              "stored: the run's state may lack that decision's effects")
+    kernel.run_state.enter_quarantine("state-gap", "sidecar.state-gap", reason)
+    if record is not None:
+        record(kernel.run_id, "state-gap", {"reason": reason, "next_call": seq_of(kernel) + 1})
 
 
 class Runs:
@@ -131,9 +156,12 @@ class Runs:
     #: whether other processes share the runs (``decide_in`` then blocks: run it on a thread)
     shared = False
 
-    def __init__(self, db: StateStore, make_kernel: KernelFactory) -> None:
+    def __init__(self, db: StateStore, make_kernel: KernelFactory,
+                 record: Recorder | None = None, last_call: LastCall | None = None) -> None:
         self._db = db
         self._make = make_kernel
+        self._record = record
+        self._last_call = last_call
         self._live: dict[str, LiveRun] = {}
 
     def start(self, key_name: str, principal: str, *, default: bool = False) -> LiveRun:
@@ -153,11 +181,15 @@ class Runs:
         live = self._live.get(run_id)
         if live is None:
             with self._db.cursor() as cur:
-                row = cur.execute("SELECT key_name, principal, snapshot FROM runs WHERE "
-                                  "run_id = ? AND ended = 0", (run_id,)).fetchone()
+                row = cur.execute("SELECT key_name, principal, snapshot, attempt FROM runs "
+                                  "WHERE run_id = ? AND ended = 0", (run_id,)).fetchone()
             if row is None or row[2] is None:
                 return None
             live = LiveRun(run_id, row[0], row[1], self._make(run_id, row[0], row[2]))
+            if row[3] is not None:  # decided after its last save, then the process died
+                last = self._last_call(run_id) if self._last_call is not None else 0
+                close_gap(live.kernel, max(int(row[3]) + 1, last) + 1, self._record)
+                live.dirty = True
             self._live[run_id] = live
         return live if live.key_name == key_name and not live.ended else None
 
@@ -176,7 +208,22 @@ class Runs:
         (``write``)."""
         if live.ended:
             raise RunEnded(f"run {live.run_id} has ended")
-        result = work(live.kernel)
+        marked = False
+        if write and not end and not live.dirty:
+            # the first change since the last save leaves a mark first: a process that dies
+            # before the next save is found out when the run is resumed (``close_gap``)
+            with self._db.cursor() as cur:
+                cur.execute("UPDATE runs SET attempt = ? WHERE run_id = ?",
+                            (seq_of(live.kernel), live.run_id))
+            marked = True
+        try:
+            result = work(live.kernel)
+        except BaseException:
+            if marked:  # the kernel refused the work unchanged (a result of no known call)
+                with self._db.cursor() as cur:
+                    cur.execute("UPDATE runs SET attempt = NULL WHERE run_id = ?",
+                                (live.run_id,))
+            raise
         if end:
             self.end(live)
         elif write:
@@ -193,7 +240,7 @@ class Runs:
         """Write the run's state now."""
         snapshot = None if live.ended else live.kernel.suspend()
         with self._db.cursor() as cur:
-            cur.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?)",
+            cur.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, NULL)",
                         (live.run_id, live.key_name, live.principal, snapshot,
                          int(live.ended), time.time()))
         live.dirty = False

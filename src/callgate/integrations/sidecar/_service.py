@@ -99,7 +99,7 @@ class Sidecar:
             self.db = StateDB(self.state_dir / "state.db")
             self.signer = Signer(self.state_dir / "receipt-key")
             self.approvals = ApprovalBook(self.db, self.record)
-            self.runs = Runs(self.db, self._make_kernel)
+            self.runs = Runs(self.db, self._make_kernel, self.record, self._last_call)
         self.metrics = Metrics(self.runs.open_count, lambda: len(self.approvals.list("pending")))
         #: the executors ``execute`` runs calls with (built from the policy by the caller)
         self.executors: dict[str, ExecutorFn] = dict(executors or {})
@@ -317,6 +317,16 @@ class Sidecar:
         out["run_id"] = live.run_id
         out["result"] = result.model_dump(mode="json") if result is not None else None
         return out
+
+    def _last_call(self, run_id: str) -> int:
+        """The highest call number the audit log holds a decision of in ``run_id``."""
+        last = 0
+        for record in self.audit.records(run_id):
+            if record.kind == "decision":
+                sequence = record.payload.get("call", {}).get("sequence")
+                if isinstance(sequence, int):
+                    last = max(last, sequence)
+        return last
 
     def _make_kernel(self, run_id: str, key_name: str, snapshot: bytes | None) -> Kernel:
         kernel = Kernel(self.loaded, audit=self.audit, working_dir=self.working_dir,

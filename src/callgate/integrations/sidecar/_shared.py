@@ -14,7 +14,7 @@ attempt in progress. Every use of a run's kernel (``decide_in``), on one connect
 
 and only then does the caller answer. An attempt found still set in step 2 is a decision whose
 sidecar died (or lost the store) between 3 and 5: its effects may be missing from the state,
-so the run is quarantined and the gap recorded (``_close_gap``).
+so the run is quarantined and the gap recorded (``_runs.close_gap``).
 
 So the decisions of one run are totally ordered across sidecars, and each sees the state
 every earlier one left. A failure at any step (the store unreachable, a lock not obtained in
@@ -33,21 +33,20 @@ from typing import Any
 import psycopg
 
 from callgate.integrations.sidecar._pgstate import PgStateDB, SharedStateError
-from callgate.integrations.sidecar._runs import KernelFactory, LiveRun, RunEnded, Runs, T
+from callgate.integrations.sidecar._runs import (
+    KernelFactory,
+    LiveRun,
+    RunEnded,
+    Runs,
+    T,
+    close_gap,
+    seq_of,
+)
 from callgate.kernel import Kernel
 
 __all__ = ["SharedRuns"]
 
 _STALE = -1
-
-
-def _seq_of(kernel: Kernel) -> int:
-    """Calls the kernel has numbered (the last call id's number)."""
-    return int(kernel._seq)
-
-
-def _set_seq(kernel: Kernel, seq: int) -> None:
-    kernel._seq = seq
 
 
 class SharedRuns(Runs):
@@ -57,9 +56,8 @@ class SharedRuns(Runs):
 
     def __init__(self, db: PgStateDB, make_kernel: KernelFactory,
                  record: Callable[[str, str, Mapping[str, Any]], None]) -> None:
-        super().__init__(db, make_kernel)
+        super().__init__(db, make_kernel, record)
         self._pg = db
-        self._record = record
 
     def start(self, key_name: str, principal: str, *, default: bool = False) -> LiveRun:
         """A new run owned by ``key_name``, stored at version 1."""
@@ -140,14 +138,21 @@ class SharedRuns(Runs):
         if int(row[0]) != live.version:
             live.kernel = self._make(run_id, live.key_name, bytes(row[1]))
             live.version = int(row[0])
-        if row[3] is not None:
-            self._close_gap(live.kernel, int(row[3]))
+        if row[3] is not None:  # the decision after ``attempt`` may be in the log: skip it
+            close_gap(live.kernel, int(row[3]) + 2, self._record)
         try:  # the attempt, committed before the kernel decides: a crash after it is seen
             conn.execute("UPDATE runs SET attempt = %s WHERE run_id = %s",
-                         (_seq_of(live.kernel), run_id))
+                         (seq_of(live.kernel), run_id))
         except psycopg.Error as exc:
             raise SharedStateError(f"cannot write run {run_id}: {exc}") from exc
-        result = work(live.kernel)
+        try:
+            result = work(live.kernel)
+        except BaseException:
+            # the kernel refused the work unchanged (a result of no known call): no gap
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("UPDATE runs SET attempt = %s WHERE run_id = %s",
+                             (row[3], run_id))
+            raise
         try:
             if end:
                 conn.execute("UPDATE runs SET snapshot = NULL, ended = 1, version = version + 1,"
@@ -164,18 +169,6 @@ class SharedRuns(Runs):
         except psycopg.Error as exc:
             raise SharedStateError(f"cannot write run {run_id}: {exc}") from exc
         return result
-
-    def _close_gap(self, kernel: Kernel, attempt: int) -> None:
-        """A sidecar died (or lost the store) after the kernel began deciding and before the
-        state was written: that decision may be in the audit log but not in the state. Its
-        effects are unknown, so the run is quarantined (read-only calls only) and the gap
-        recorded; the call ids go on past the lost one, never reusing it."""
-        _set_seq(kernel, max(_seq_of(kernel), attempt + 1))
-        reason = ("a sidecar stopped while deciding a call of this run, before its state was "
-                  "stored: the run's state may lack that decision's effects")
-        kernel.run_state.enter_quarantine("state-gap", "sidecar.state-gap", reason)
-        self._record(kernel.run_id, "state-gap", {"reason": reason, "next_call": _seq_of(kernel)
-                                                  + 1})
 
     def flush(self) -> int:
         """Nothing to write: every decision wrote its run's state before it was answered."""
