@@ -82,12 +82,21 @@ def keys_group() -> None:
               help="The principal the key binds (default: the policy the sidecar serves).")
 @click.option("--role", type=click.Choice(["agent", "approver"]), default="agent",
               show_default=True)
-def keys_add(name: str, keys: str, principal: str | None, role: str) -> None:
+@click.option("--policy", "policy", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Bind the key to this policy file: a sidecar serving any other policy "
+                   "(another file, or this one changed) refuses it.")
+def keys_add(name: str, keys: str, principal: str | None, role: str,
+             policy: str | None) -> None:
     """Create key NAME; the key is printed once, alone, on stdout."""
+    import hashlib
+    from pathlib import Path
+
     from callgate.integrations.sidecar._keys import add_key
 
+    digest = hashlib.sha256(Path(policy).read_bytes()).hexdigest() if policy else None
     try:
-        key = add_key(keys, name, principal=principal, role=role)  # type: ignore[arg-type]
+        key = add_key(keys, name, principal=principal, role=role,  # type: ignore[arg-type]  # click.Choice gives one of the roles
+                      policy_sha256=digest)
     except CallgateError as exc:
         fail(f"error: {exc}")
     click.echo(f"key {name!r} ({role}) added to {keys}; it is shown once, keep it secret",

@@ -36,10 +36,11 @@ Only texts that validate are stored, and only files of the user's own are cached
 write the cache, so an entry must not stand for a file the user cannot change (a policy an
 administrator owns is validated on every load). The same holds for an agent acting as the user:
 it must no more write the cache than the policy file. The ``coding-agent`` preset refuses writes
-under ``~/.cache/callgate`` and ``~/.local/state/callgate`` through the file tools and the shell,
-and the secret (``key``) is a sensitive path, masked in sandboxes and fingerprinted when read. Whatever goes wrong with the cache (a directory
-that cannot be created or written, a full disk, a foreign entry) costs the speed-up, never the
-answer: the text is validated as if there were no cache.
+under ``~/.cache/callgate`` and ``~/.local/state/callgate`` through the file tools and the
+shell, and the secret (``key``) is a sensitive path, masked in sandboxes and fingerprinted when
+read. Whatever goes wrong with the cache (a directory that cannot be created or written, a full
+disk, a foreign entry) costs the speed-up, never the answer: the text is validated as if there
+were no cache.
 """
 
 from __future__ import annotations

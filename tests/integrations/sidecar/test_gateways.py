@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.integrations.sidecar.conftest import Server
-
 from callgate.audit import AuditStore
+from tests.integrations.sidecar.conftest import POLICY, Server, make_server
 
 
 def _before(name: str, arguments: object) -> dict[str, object]:
@@ -159,3 +158,26 @@ def test_claude_code_http_hook_sessions_belong_to_the_key_that_opened_them(
     finally:
         store.close()
     assert len(runs) == 2  # one session id, two keys: two sessions
+
+
+def test_a_gateway_call_that_needs_approval_is_refused_and_opens_no_approval(
+        tmp_path: Path) -> None:
+    # nothing could ever redeem an approval opened for a gateway's decision point
+    policy = POLICY.replace("rules:\n", "rules:\n  - {id: ask-saves, priority: 5, match: {tool: "
+                            "[mcp__github__save, mcp__docker__save]}, decision: require-approval,"
+                            " reason: saves need a human}\n")
+    gw = make_server(tmp_path, policy)
+    gw.start()
+    try:
+        with gw.http() as http:
+            toolhive = http.post(f"/v1/gateways/toolhive/{gw.key}/decision",
+                                 json=_porc("save", {"path": "data/x"})).json()
+            docker = http.post(f"/v1/gateways/docker/{gw.key}/before",
+                               json=_before("save", {"path": "data/x"})).json()
+        with gw.http(gw.approver) as boss:
+            approvals = boss.get("/v1/approvals").json()["approvals"]
+    finally:
+        gw.stop()
+    assert toolhive == {"allow": False}
+    assert docker["isError"] is True and "ask-saves" in docker["content"][0]["text"]
+    assert approvals == []

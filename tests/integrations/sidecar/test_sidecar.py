@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 from pathlib import Path
 
 import httpx
@@ -158,6 +159,31 @@ def test_a_key_bound_to_another_principal_is_refused(server: Server) -> None:
         assert http.post("/v1/decide", json={"call": FETCH}).status_code == 401
 
 
+def test_a_key_bound_to_another_policy_is_refused_and_one_bound_to_this_one_works(
+        server: Server, tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text((server.root / "policy.yaml").read_text() + "# changed\n")
+    mine = callgate("keys", "add", "mine", "--keys", str(server.keys), "--policy",
+                    str(server.root / "policy.yaml")).stdout.strip()
+    theirs = callgate("keys", "add", "theirs", "--keys", str(server.keys), "--policy",
+                      str(other)).stdout.strip()
+    with server.http(mine) as http:
+        assert http.post("/v1/decide", json={"call": FETCH}).status_code == 200
+    with server.http(theirs) as http:
+        assert http.post("/v1/decide", json={"call": FETCH}).status_code == 401
+
+
+def test_a_malformed_keys_entry_admits_nobody_and_breaks_nothing(server: Server) -> None:
+    data = json.loads(server.keys.read_text())
+    data["keys"].append({"name": "broken", "sha256": "not-hex", "role": "agent"})
+    data["keys"].append({"name": "odd-role", "sha256": "0" * 64, "role": "root"})
+    server.keys.write_text(json.dumps(data))
+    with server.http("whatever") as http:
+        assert http.post("/v1/runs", json={}).status_code == 401
+    with server.http(server.key) as http:  # the good keys still work
+        assert http.post("/v1/runs", json={}).status_code == 201
+
+
 @pytest.mark.parametrize("field", ["principal", "run_id", "id", "sequence", "timestamp"])
 def test_a_call_cannot_name_its_principal_or_run(server: Server, field: str) -> None:
     with server.http(server.key) as http:
@@ -287,3 +313,24 @@ def test_an_internal_error_on_a_decision_route_is_an_audited_deny(tmp_path: Path
     finally:
         store.close()
     assert "sidecar-error" in kinds
+
+
+def test_a_flood_of_bad_keys_cannot_fill_the_audit_log(fresh: Server) -> None:
+    fresh.start()
+    try:
+        with fresh.http("wrong-key") as http:
+            for _ in range(100):
+                assert http.post("/v1/runs", json={}).status_code == 401
+        time.sleep(1.1)
+        with fresh.http("wrong-again") as http:
+            assert http.post("/v1/runs", json={}).status_code == 401
+    finally:
+        fresh.stop()
+    store = AuditStore.open(fresh.audit)
+    try:
+        refused = [r.payload["data"] for run in store.run_ids() for r in store.records(run)
+                   if r.kind == "system" and r.payload.get("kind") == "auth-refused"]
+    finally:
+        store.close()
+    assert len(refused) < 100  # the flood was counted, not written record by record
+    assert sum(r.get("suppressed_before", 0) for r in refused) + len(refused) == 101

@@ -3,9 +3,9 @@
 Every route answers JSON. A refused request is ``{"error": {"status", "field", "message"}}``
 with 400 (not JSON, not UTF-8, too deep), 401 (no, unknown or revoked key; audited), 403 (a key
 of the wrong role), 404 (a run or approval this key cannot see), 409 (an approval already
-answered), 413 (a body over 1 MiB) or 422 (a field of the wrong type, unknown, or one the
-sidecar sets itself). An internal error on a decision route is a deny naming it, audited; the
-server goes on.
+answered), 413 (a body over 1 MiB), 422 (a field of the wrong type, unknown, or one the
+sidecar sets itself) or 429 (too many runs for the key, too many waiting for approvals). An
+internal error on a decision route is a deny naming it, audited; the server goes on.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from callgate.integrations.sidecar._requests import (
     valid_report,
 )
 from callgate.integrations.sidecar._runs import LiveRun
-from callgate.integrations.sidecar._service import SIDECAR_RUN, NotFound, Sidecar
+from callgate.integrations.sidecar._service import SIDECAR_RUN, Busy, NotFound, Sidecar
 
 log = logging.getLogger("callgate.sidecar")
 
@@ -71,6 +71,11 @@ def _guarded(sidecar: Sidecar, handler: Handler, *, decides: bool) -> Handler:
         except NotFound as missing:
             sidecar.metrics.refused("404")
             return _error(Problem(404, "run_id", str(missing)))
+        except Busy as busy:
+            sidecar.metrics.refused("429")
+            response = _error(Problem(429, "body", str(busy)))
+            response.headers["Retry-After"] = "5"
+            return response
         except Refusal as refusal:
             sidecar.metrics.refused(str(refusal.status))
             return _error(Problem(refusal.status, "approval", refusal.message))
@@ -256,7 +261,7 @@ class _Routes:
             decision = await _refuse(self.sidecar, live, {"tool": "<unparsed>", "tool_class": "mcp",
                                                       "action": "call"}, call)
             return JSONResponse(docker_refusal(decision, "this tool"))
-        answer = await self.sidecar.decide(identity, live, call)
+        answer = await self.sidecar.decide(identity, live, call, can_approve=False)
         if answer["verdict"] == "allow":
             live.awaiting.append(answer["call_id"])
             return Response(b"")
@@ -287,7 +292,7 @@ class _Routes:
             await _refuse(self.sidecar, live, {"tool": "<toolhive>", "tool_class": "mcp",
                                           "action": "call"}, call)
             return JSONResponse({"allow": False})
-        answer = await self.sidecar.decide(identity, live, call)
+        answer = await self.sidecar.decide(identity, live, call, can_approve=False)
         return JSONResponse({"allow": answer["verdict"] == "allow"})
 
 

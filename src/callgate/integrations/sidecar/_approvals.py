@@ -118,6 +118,13 @@ class ApprovalBook:
             return self.get(approval_id)
         return found
 
+    def pending_count(self) -> int:
+        """Approvals pending and not yet expired (one query, for ``/metrics``)."""
+        with self._db.cursor() as cur:
+            row = cur.execute("SELECT COUNT(*) FROM approvals WHERE state = 'pending' AND "
+                              "expires > ?", (self._clock(),)).fetchone()
+        return int(row[0]) if row is not None else 0
+
     def list(self, state: str | None = None) -> list[Approval]:
         """Approvals, oldest first, in ``state`` if given (expiry applied)."""
         with self._db.cursor() as cur:

@@ -2,7 +2,9 @@
 
 A key is 32 random bytes in URL-safe base64 (43 characters). The file keeps only each key's
 digest, its name, the principal it binds (``null``: the principal of the policy the sidecar
-serves) and its role (``agent`` or ``approver``). A presented key is hashed and compared with
+serves), the policy it binds (the SHA-256 of the policy file's bytes; ``null``: any), and its
+role (``agent`` or ``approver``). An entry that is malformed (a digest that is not 64 hex
+digits, an unknown role) admits nobody. A presented key is hashed and compared with
 every stored digest in constant time; the file is read again when it changes, so a revoked key
 stops working on a running sidecar.
 """
@@ -13,6 +15,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import threading
 import time
@@ -37,6 +40,8 @@ class Identity:
     name: str
     principal: str | None
     role: Role
+    #: the SHA-256 of the policy the key is for (None: any policy the sidecar serves)
+    policy_sha256: str | None = None
 
 
 def _digest(key: str) -> str:
@@ -72,7 +77,7 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 
 
 def add_key(path: str | os.PathLike[str], name: str, *, principal: str | None = None,
-            role: Role = "agent") -> str:
+            role: Role = "agent", policy_sha256: str | None = None) -> str:
     """Create a key named ``name`` in the keys file and return it (the only time it is seen).
 
     Raises ``CallgateError`` for a name already in use by a live key or an unknown role.
@@ -86,8 +91,11 @@ def add_key(path: str | os.PathLike[str], name: str, *, principal: str | None = 
     if any(k.get("name") == name and not k.get("revoked") for k in data["keys"]):
         raise CallgateError(f"a live key named {name!r} exists; revoke it first")
     key = secrets.token_urlsafe(32)
+    if policy_sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", policy_sha256):
+        raise CallgateError("a policy digest is 64 lower-case hex digits (SHA-256)")
     data["keys"].append({"name": name, "sha256": _digest(key), "principal": principal,
-                         "role": role, "created": int(time.time()), "revoked": False})
+                         "role": role, "policy_sha256": policy_sha256,
+                         "created": int(time.time()), "revoked": False})
     data["version"] = _VERSION
     _write(file, data)
     return key
@@ -129,13 +137,16 @@ class KeyRing:
         data = _read(self.path)
         entries = []
         for entry in data["keys"]:
-            if entry.get("revoked") or not isinstance(entry.get("sha256"), str):
+            if not isinstance(entry, dict) or entry.get("revoked"):
                 continue
-            role = entry.get("role", "agent")
-            principal = entry.get("principal")
-            entries.append((bytes.fromhex(entry["sha256"]), Identity(
+            digest, role = entry.get("sha256"), entry.get("role", "agent")
+            principal, policy = entry.get("principal"), entry.get("policy_sha256")
+            if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest) or \
+                    role not in ROLES or (policy is not None and not isinstance(policy, str)):
+                continue  # a malformed entry admits nobody
+            entries.append((bytes.fromhex(digest), Identity(
                 str(entry.get("name", "")), principal if isinstance(principal, str) else None,
-                role if role in ROLES else "agent")))
+                role, policy)))
         self._entries, self._stamp = entries, stamp
 
     def identify(self, key: str | None) -> Identity | None:

@@ -124,6 +124,8 @@ class LiveRun:
 
 
 KernelFactory = Callable[[str, str, "bytes | None"], Kernel]
+#: Runs kept in memory at once; the least recently used idle ones beyond are saved and dropped.
+MAX_LIVE = 512
 #: A system record in the audit chain (run id, kind, payload).
 Recorder = Callable[[str, str, Mapping[str, Any]], None]
 #: The last call number the audit log holds for a run (0 when none).
@@ -168,8 +170,8 @@ class Runs:
         """A new run owned by ``key_name``, persisted at once."""
         run_id = "run_" + uuid.uuid4().hex
         live = LiveRun(run_id, key_name, principal, self._make(run_id, key_name, None))
-        self._live[run_id] = live
         self.save(live)
+        self._remember(live)
         if default:
             with self._db.cursor() as cur:
                 cur.execute("INSERT OR REPLACE INTO defaults VALUES (?, ?)", (key_name, run_id))
@@ -190,7 +192,7 @@ class Runs:
                 last = self._last_call(run_id) if self._last_call is not None else 0
                 close_gap(live.kernel, max(int(row[3]) + 1, last) + 1, self._record)
                 live.dirty = True
-            self._live[run_id] = live
+        self._remember(live)
         return live if live.key_name == key_name and not live.ended else None
 
     def default_for(self, key_name: str, principal: str) -> LiveRun:
@@ -258,8 +260,28 @@ class Runs:
             if not live.ended:
                 self.save(live)
 
-    def open_count(self) -> int:
-        """Runs not ended, in memory or waiting in the database."""
+    def open_count(self, key_name: str | None = None) -> int:
+        """Runs not ended (of ``key_name``), in memory or waiting in the database."""
         with self._db.cursor() as cur:
-            row = cur.execute("SELECT COUNT(*) FROM runs WHERE ended = 0").fetchone()
+            if key_name is None:
+                row = cur.execute("SELECT COUNT(*) FROM runs WHERE ended = 0").fetchone()
+            else:
+                row = cur.execute("SELECT COUNT(*) FROM runs WHERE ended = 0 AND "
+                                  "key_name = ?", (key_name,)).fetchone()
         return int(row[0])
+
+    def _remember(self, live: LiveRun) -> None:
+        """Keep ``live`` in memory; past ``MAX_LIVE`` runs the least recently used idle ones
+        are saved and let go (resumed from their rows when asked for again)."""
+        self._live.pop(live.run_id, None)
+        self._live[live.run_id] = live
+        if len(self._live) <= MAX_LIVE:
+            return
+        for old in list(self._live.values()):
+            if len(self._live) <= MAX_LIVE:
+                return
+            if old is live or old.lock.locked() or old.awaiting:
+                continue
+            if old.dirty:
+                self.save(old)
+            self._live.pop(old.run_id, None)

@@ -61,6 +61,18 @@ class NotFound(Exception):  # noqa: N818 - an HTTP 404 value
     """A run or approval this key cannot see (missing, ended, or another key's)."""
 
 
+class Busy(Exception):  # noqa: N818 - an HTTP 429 value
+    """A bound on what the sidecar holds at once is reached (waiters, runs of a key)."""
+
+
+#: Requests waiting for an approval at once (each polls the store until answered).
+MAX_WAITERS = 256
+#: Runs one key may have open at once.
+MAX_RUNS_PER_KEY = 1000
+#: Refused requests recorded in the audit chain per second; the rest are counted.
+AUTH_RECORDS_PER_S = 20
+
+
 class Sidecar:
     """Everything one ``callgate serve`` process holds. Its async methods run on the event
     loop; a run's kernel is only used under that run's lock (``_in_run``). With ``store`` (a
@@ -100,11 +112,13 @@ class Sidecar:
             self.signer = Signer(self.state_dir / "receipt-key")
             self.approvals = ApprovalBook(self.db, self.record)
             self.runs = Runs(self.db, self._make_kernel, self.record, self._last_call)
-        self.metrics = Metrics(self.runs.open_count, lambda: len(self.approvals.list("pending")))
+        self.metrics = Metrics(self.runs.open_count, self.approvals.pending_count)
         #: the executors ``execute`` runs calls with (built from the policy by the caller)
         self.executors: dict[str, ExecutorFn] = dict(executors or {})
         #: set when the server is asked to stop: long polls return what they have
         self.stopping = threading.Event()
+        self._waiters = 0
+        self._auth_second, self._auth_in_second, self._auth_suppressed = 0, 0, 0
         if SIDECAR_RUN not in self.audit.run_ids():
             self.audit.start_run(SIDECAR_RUN, principal="callgate-sidecar",
                                  policy_name=policy.name, manifest_hash="", config={})
@@ -113,24 +127,48 @@ class Sidecar:
 
     # -- identity -----------------------------------------------------------------------------
 
+    def _refused(self, payload: dict[str, Any]) -> None:
+        """Record a refused request; past ``AUTH_RECORDS_PER_S`` in a second they are counted
+        and the count recorded with the next one (a flood of bad keys cannot fill the log)."""
+        now = int(time.monotonic())
+        if now != self._auth_second:
+            self._auth_second, self._auth_in_second = now, 0
+        self._auth_in_second += 1
+        if self._auth_in_second > AUTH_RECORDS_PER_S:
+            self._auth_suppressed += 1
+            return
+        if self._auth_suppressed:
+            payload = {**payload, "suppressed_before": self._auth_suppressed}
+            self._auth_suppressed = 0
+        self.record(SIDECAR_RUN, "auth-refused", payload)
+
     def identify(self, key: str | None, where: str) -> Identity | None:
         """The identity of a presented key, or None, recorded as a refused request."""
         identity = self.keys.identify(key)
         if identity is None:
-            self.record(SIDECAR_RUN, "auth-refused", {
-                "where": where, "why": "no key" if not key else "unknown or revoked key"})
+            self._refused({"where": where,
+                           "why": "no key" if not key else "unknown or revoked key"})
         elif identity.principal not in (None, self.principal):
-            self.record(SIDECAR_RUN, "auth-refused", {
+            self._refused({
                 "where": where, "key": identity.name,
                 "why": f"the key is bound to principal {identity.principal!r}, this sidecar "
                        f"serves {self.principal!r}"})
+            return None
+        elif identity.policy_sha256 not in (None, self.policy_sha256):
+            self._refused({
+                "where": where, "key": identity.name,
+                "why": f"the key is bound to policy {identity.policy_sha256[:12]}…, this "
+                       f"sidecar serves {self.policy_sha256[:12]}…"})
             return None
         return identity
 
     # -- runs -------------------------------------------------------------------------------
 
     def start_run(self, identity: Identity) -> LiveRun:
-        """A new run owned by the key."""
+        """A new run owned by the key (``Busy`` past ``MAX_RUNS_PER_KEY`` open runs)."""
+        if self.runs.open_count(identity.name) >= MAX_RUNS_PER_KEY:
+            raise Busy(f"key {identity.name!r} has {MAX_RUNS_PER_KEY} open runs; end some "
+                       f"first")
         return self.runs.start(identity.name, self.principal)
 
     def run_for(self, identity: Identity, run_id: str | None) -> LiveRun:
@@ -172,9 +210,12 @@ class Sidecar:
     # -- decisions --------------------------------------------------------------------------
 
     async def decide(self, identity: Identity, live: LiveRun, call: dict[str, Any], *,
-                     wait_s: float = 0.0, approval_id: str | None = None) -> dict[str, Any]:
+                     wait_s: float = 0.0, approval_id: str | None = None,
+                     can_approve: bool = True) -> dict[str, Any]:
         """Check a call (``Kernel.check``); a ``require-approval`` opens an approval, and with
-        ``wait_s`` the answer is awaited. With ``approval_id``, redeem that approval instead."""
+        ``wait_s`` the answer is awaited. With ``approval_id``, redeem that approval instead.
+        A caller that can never redeem one (a gateway's decision point: ``can_approve``
+        False) opens none: its ``require-approval`` stays a refusal."""
         if approval_id is not None:
             return await self._redeem(live, call, approval_id)
         started = time.perf_counter()
@@ -182,7 +223,7 @@ class Sidecar:
             live, lambda kernel: (kernel.check(call), self._as_checked(kernel, call)))
         self.metrics.decided(decision, time.perf_counter() - started)
         answer = self._answer(live, decision, call, checked)
-        if decision.verdict != "require-approval":
+        if decision.verdict != "require-approval" or not can_approve:
             return answer
         approval = self._open_approval(identity, live, decision, call, checked)
         answer["approval"] = approval.as_json()
@@ -200,7 +241,17 @@ class Sidecar:
             id="approval.denied", check="approval", message=f"approval {approval.id}: {why}"))
 
     async def wait_approval(self, approval_id: str, wait_s: float) -> Approval:
-        """The approval once it leaves ``pending``, or as it is after ``wait_s`` seconds."""
+        """The approval once it leaves ``pending``, or as it is after ``wait_s`` seconds.
+        At most ``MAX_WAITERS`` wait at once; one more is refused (429)."""
+        if self._waiters >= MAX_WAITERS:
+            raise Busy(f"{MAX_WAITERS} requests already wait for approvals; retry later")
+        self._waiters += 1
+        try:
+            return await self._wait_approval(approval_id, wait_s)
+        finally:
+            self._waiters -= 1
+
+    async def _wait_approval(self, approval_id: str, wait_s: float) -> Approval:
         event = self.approvals.event(approval_id)
         deadline = time.monotonic() + wait_s
         while True:

@@ -68,7 +68,7 @@ class SharedRuns(Runs):
             cur.execute("INSERT INTO runs (run_id, key_name, principal, snapshot, ended, "
                         "updated, version) VALUES (%s, %s, %s, %s, 0, %s, 1)",
                         (run_id, key_name, principal, live.kernel.suspend(), time.time()))
-        self._live[run_id] = live
+        self._remember(live)
         return live
 
     def get(self, run_id: str, key_name: str) -> LiveRun | None:
@@ -83,7 +83,7 @@ class SharedRuns(Runs):
                 return None
             live = LiveRun(run_id, row[0], row[1], self._make(run_id, row[0], bytes(row[2])),
                            version=int(row[3]))
-            self._live[run_id] = live
+            self._remember(live)
         return live if live.key_name == key_name and not live.ended else None
 
     def default_for(self, key_name: str, principal: str) -> LiveRun:
