@@ -298,14 +298,19 @@ def test_manifest_flags_exist(recipe: str) -> None:
     check_flags(args, where)
 
 
-def test_postgresql_recipe_takes_the_store_from_a_secret() -> None:
+def test_postgresql_recipe_takes_the_store_from_a_secret_and_out_of_the_arguments() -> None:
     [(_, _, container)] = [x for x in sidecar_containers() if "/postgresql/" in x[0]]
     args = container["args"]
-    assert "--audit" not in args
-    variable = re.fullmatch(r"\$\((\w+)\)", option(args, "--store"))
-    assert variable, "the URL is not written into the manifest"
+    # the URL (and its password) reaches serve through $CALLGATE_STORE: an argument would
+    # show it to every process on the node
+    assert "--audit" not in args and "--store" not in args
+    assert not any("CALLGATE_STORE" in a or "postgresql" in a for a in args)
     env = {e["name"]: e for e in container["env"]}
-    assert "secretKeyRef" in env[variable.group(1)]["valueFrom"]
+    assert "secretKeyRef" in env["CALLGATE_STORE"]["valueFrom"]
+    from callgate.cli._serve import serve_command
+
+    [store] = [p for p in serve_command.params if p.name == "store"]
+    assert store.envvar == "CALLGATE_STORE"  # what serve reads the variable as
     [secret] = [d for d in kind("Secret") if d["metadata"]["name"] == "callgate-store"]
     assert secret["stringData"]["url"].startswith("postgresql://")
     assert "PLACEHOLDER" in secret["stringData"]["url"]
@@ -381,6 +386,17 @@ def test_network_policy_leaves_the_agent_only_the_sidecar_and_dns() -> None:
             else:
                 assert selects(peer["podSelector"], sidecar_labels)
                 assert ports == {("TCP", 8787)}
+
+
+def test_postgresql_lets_the_sidecars_in_and_nobody_else() -> None:
+    policies = kind("NetworkPolicy")
+    database = {"app.kubernetes.io/name": "postgresql"}
+    on_database = [p for p in policies if p["spec"]["podSelector"] != {}
+                   and selects(p["spec"]["podSelector"], database)]
+    assert len(on_database) == 1
+    [rule] = on_database[0]["spec"]["ingress"]
+    assert [peer["podSelector"]["matchLabels"] for peer in rule["from"]] == [SIDECAR]
+    assert {(p["protocol"], p["port"]) for p in rule["ports"]} == {("TCP", 5432)}
 
 
 def test_agent_pod_holds_no_sidecar_secret_and_no_api_token() -> None:

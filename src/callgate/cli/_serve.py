@@ -28,9 +28,10 @@ keys_option = click.option("--keys", "keys", required=True, type=click.Path(dir_
 @keys_option
 @click.option("--audit", "audit", type=click.Path(dir_okay=False),
               help="SQLite audit log (default: audit.db in the state directory).")
-@click.option("--store", "store", default=None, metavar="URL",
+@click.option("--store", "store", default=None, metavar="URL", envvar="CALLGATE_STORE",
               help="postgresql://… : runs, approvals and the receipt key shared with every "
-                   "sidecar given this URL, a run's decisions serialised across them.")
+                   "sidecar given this URL, a run's decisions serialised across them (also "
+                   "$CALLGATE_STORE: a password there stays out of process listings).")
 @click.option("--listen", default=None, help="HOST:PORT to listen on (default 127.0.0.1:8787).")
 @click.option("--unix", type=click.Path(dir_okay=False), default=None,
               help="Listen on this Unix socket instead.")
@@ -54,7 +55,10 @@ def serve_command(policy: str, keys: str, audit: str | None, store: str | None,
     if listen is not None and unix is not None:
         fail("give at most one of --listen and --unix")
     if store is not None and not store.startswith(("postgresql://", "postgres://")):
-        fail(f"--store {store!r}: only postgresql://… URLs are known")
+        fail("--store: only postgresql://… URLs are known")
+    if store is not None and audit is not None:
+        # sidecars sharing runs must share one log: a run resumed elsewhere would find no start
+        fail("give --store or --audit, not both: with --store the audit log is the store's")
     loaded = load_cli_policy(policy, None)
     from callgate.executors._wiring import build_executors
     from callgate.integrations.sidecar._server import serve

@@ -14,7 +14,7 @@ from tests.integrations.sidecar.crashes import POLICY, Harness, check
 from tests.integrations.sidecar.fleet import fleet
 from tests.postgres import Cluster
 
-KILLS = int(os.environ.get("CALLGATE_CRASH_KILLS", "16"))
+KILLS = int(os.environ.get("CALLGATE_CRASH_KILLS", "36"))
 
 
 def test_sigkilled_sidecars_lose_no_decision_and_run_no_unrecorded_call(

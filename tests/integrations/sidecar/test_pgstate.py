@@ -63,3 +63,12 @@ def test_starting_a_run_while_the_store_is_away_is_503_retry_then_201(
         assert "shared store is unavailable" in refused.json()["error"]["message"]
         again = client.post("/v1/runs", json={})
         assert again.status_code == 201, again.text
+
+
+def test_a_password_in_the_url_never_reaches_a_message() -> None:
+    for url in ("postgresql://app:hunter2-secret@db.example:5432/callgate",
+                "postgresql://db.example/callgate?user=app&password=hunter2-secret",
+                "host=db.example dbname=callgate password=hunter2-secret"):
+        db = PgStateDB.__new__(PgStateDB)
+        db.url = url
+        assert "hunter2" not in db.redacted and "db.example" in db.redacted

@@ -15,7 +15,7 @@ import pytest
 from callgate import Decision, Denied, ToolResult
 from callgate.audit import AuditStore
 from callgate.client import AsyncClient, Client, SidecarError, verify_receipt
-from tests.integrations.sidecar.conftest import Server, call, callgate
+from tests.integrations.sidecar.conftest import POLICY, Server, call, callgate
 
 FETCH = call("fetch", "http", "get", url="https://api.example.org/x")
 
@@ -334,3 +334,12 @@ def test_a_flood_of_bad_keys_cannot_fill_the_audit_log(fresh: Server) -> None:
         store.close()
     assert len(refused) < 100  # the flood was counted, not written record by record
     assert sum(r.get("suppressed_before", 0) for r in refused) + len(refused) == 101
+
+
+def test_serve_refuses_a_store_and_a_local_audit_log_together(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(POLICY)
+    done = callgate("serve", "--policy", str(tmp_path / "p.yaml"), "--keys",
+                    str(tmp_path / "k.json"), "--store", "postgresql://u:pw@127.0.0.1:1/x",
+                    "--audit", str(tmp_path / "a.db"))
+    assert done.returncode == 2 and "not both" in done.stderr
+    assert "pw@" not in done.stderr

@@ -115,12 +115,11 @@ class PgStateDB:
 
     @property
     def redacted(self) -> str:
-        """The URL without its password, for messages."""
-        head, at, tail = self.url.rpartition("@")
-        if not at:
-            return self.url
-        scheme, _, user = head.partition("://")
-        return f"{scheme}://{user.split(':', 1)[0]}@{tail}"
+        """The URL without its password (in the user part or a ``password=`` parameter), for
+        messages: the one redaction the audit store uses too."""
+        from callgate.audit._postgres import redact
+
+        return redact(self.url)
 
     def _connect(self) -> psycopg.Connection[Any]:
         import psycopg
@@ -128,6 +127,8 @@ class PgStateDB:
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=self._connect_timeout)
         conn.execute(f"SET search_path TO {SCHEMA}")
         conn.execute(f"SET lock_timeout = {self._lock_timeout_ms}")
+        # a run's state is as durable as its audit records, whatever the server's default
+        conn.execute("SET synchronous_commit = on")
         return conn
 
     @contextmanager
