@@ -32,6 +32,10 @@ keys_option = click.option("--keys", "keys", required=True, type=click.Path(dir_
               help="postgresql://… : runs, approvals and the receipt key shared with every "
                    "sidecar given this URL, a run's decisions serialised across them (also "
                    "$CALLGATE_STORE: a password there stays out of process listings).")
+@click.option("--audit-key", "audit_key", type=click.Path(dir_okay=False), default=None,
+              help="The audit log's checkpoint signing key (created on first use, mode 0600; "
+                   "default: beside the log, or per host for a store). Sidecars sharing a "
+                   "store share one key, so one public key verifies every checkpoint.")
 @click.option("--listen", default=None, help="HOST:PORT to listen on (default 127.0.0.1:8787).")
 @click.option("--unix", type=click.Path(dir_okay=False), default=None,
               help="Listen on this Unix socket instead.")
@@ -48,7 +52,7 @@ keys_option = click.option("--keys", "keys", required=True, type=click.Path(dir_
               help="Also send each decided call as an OpenTelemetry span to this OTLP/HTTP "
                    "traces URL (the otel extra; arguments and outputs redacted).")
 def serve_command(policy: str, keys: str, audit: str | None, store: str | None,
-                  listen: str | None,
+                  audit_key: str | None, listen: str | None,
                   unix: str | None, state_dir: str | None, working_dir: str | None,
                   approval_ttl: float, allow_remote: bool, otlp_endpoint: str | None) -> None:
     """Serve the kernel over HTTP: the sidecar every tool call of an agent goes through."""
@@ -69,7 +73,8 @@ def serve_command(policy: str, keys: str, audit: str | None, store: str | None,
         sys.exit(serve(loaded, policy_path=policy, keys=keys, listen=listen, unix=unix,
                        audit=audit, state_dir=state_dir, working_dir=wd,
                        approval_ttl_s=approval_ttl, allow_remote=allow_remote,
-                       executors=executors, otlp_endpoint=otlp_endpoint, store=store))
+                       executors=executors, otlp_endpoint=otlp_endpoint, store=store,
+                       audit_key=audit_key))
     except CallgateError as exc:
         fail(f"error: {exc}")
 

@@ -343,3 +343,19 @@ def test_serve_refuses_a_store_and_a_local_audit_log_together(tmp_path: Path) ->
                     "--audit", str(tmp_path / "a.db"))
     assert done.returncode == 2 and "not both" in done.stderr
     assert "pw@" not in done.stderr
+
+
+def test_the_audit_signing_key_is_the_one_named(fresh: Server, tmp_path: Path) -> None:
+    key = tmp_path / "shared" / "audit.key"
+    key.parent.mkdir()
+    fresh.args += ["--audit-key", str(key)]
+    fresh.start()
+    try:
+        with fresh.http(fresh.key) as http:
+            assert http.post("/v1/decide", json={"call": FETCH}).status_code == 200
+    finally:
+        fresh.stop()
+    assert key.exists() and oct(key.stat().st_mode & 0o777) == "0o600"
+    assert not (fresh.root / "audit.db.key").exists()
+    verified = callgate("audit", "verify", str(fresh.audit), "--public-key", f"{key}.pub")
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -50,7 +50,8 @@ def serve(loaded: LoadedPolicy, *, policy_path: str, keys: str, listen: str | No
           working_dir: str | None = None, approval_ttl_s: float = 300.0,
           allow_remote: bool = False, graceful_s: float = 10.0,
           executors: Mapping[str, ExecutorFn] | None = None,
-          otlp_endpoint: str | None = None, store: str | None = None) -> int:
+          otlp_endpoint: str | None = None, store: str | None = None,
+          audit_key: str | None = None) -> int:
     """Serve until stopped; returns the exit status. ``executors`` run ``/v1/execute`` calls
     (``callgate serve`` builds them from the policy's grants); with ``otlp_endpoint`` every
     decided call is also sent there as an OpenTelemetry span (``callgate.audit._otel``). With
@@ -63,7 +64,7 @@ def serve(loaded: LoadedPolicy, *, policy_path: str, keys: str, listen: str | No
                                                  else Path(".callgate-sidecar"))
     sidecar = Sidecar(loaded, policy_bytes=policy_bytes, keys=KeyRing(keys), state_dir=state,
                       audit=audit, working_dir=working_dir, approval_ttl_s=approval_ttl_s,
-                      executors=executors, store=store)
+                      executors=executors, store=store, audit_key=audit_key)
     exporter = None
     if otlp_endpoint is not None:
         from callgate.audit._otel import OtlpExporter

@@ -84,7 +84,8 @@ class Sidecar:
                  working_dir: str | os.PathLike[str] | None = None,
                  approval_ttl_s: float = 300.0, flush_interval_s: float = 2.0,
                  executors: Mapping[str, ExecutorFn] | None = None,
-                 store: str | None = None) -> None:
+                 store: str | None = None,
+                 audit_key: str | os.PathLike[str] | None = None) -> None:
         self.loaded = loaded
         self.policy_sha256 = hashlib.sha256(policy_bytes).hexdigest()
         policy = loaded.policy
@@ -95,7 +96,7 @@ class Sidecar:
         self.keys = keys
         self.approval_ttl_s = approval_ttl_s
         self.flush_interval_s = flush_interval_s
-        self.audit = _open_audit(audit, store, self.state_dir)
+        self.audit = _open_audit(audit, store, self.state_dir, audit_key)
         # what the guards learn (secrets seen) is shared like the runs when the store is
         self.guard_state = store if store is not None else str(self.state_dir / "guards.db")
         if store is not None:
@@ -449,10 +450,12 @@ class Sidecar:
             self.audit.close()
 
 
-def _open_audit(audit: str | os.PathLike[str] | None, store: str | None, state_dir: Path
-                ) -> AuditLog:
+def _open_audit(audit: str | os.PathLike[str] | None, store: str | None, state_dir: Path,
+                key: str | os.PathLike[str] | None = None) -> AuditLog:
     """The audit log: ``audit`` (a SQLite file) when given, else the shared store's (one log
-    for every sidecar on it), else ``audit.db`` in the state directory."""
+    for every sidecar on it), else ``audit.db`` in the state directory; ``key`` is the
+    checkpoint signing key (default: beside the file, or per host for a store)."""
+    options: dict[str, Any] = {} if key is None else {"key_path": Path(key)}
     if audit is not None or store is None:
-        return AuditStore.open(Path(audit) if audit else state_dir / "audit.db")
-    return open_store(store)
+        return AuditStore.open(Path(audit) if audit else state_dir / "audit.db", **options)
+    return open_store(store, **options)
