@@ -146,6 +146,44 @@ def test_check_spans_names_a_span_whose_hash_is_not_the_logs(tmp_path: Path) -> 
     assert count == 2 and len(problems) == 1 and "span 2" in problems[0]
 
 
+@pytest.mark.parametrize("change", ["verdict", "taint", "name", "drop", "add", "time"])
+def test_check_spans_finds_a_span_whose_content_differs_from_its_record(
+        tmp_path: Path, change: str) -> None:
+    path = tmp_path / "a.db"
+    _kernel_run(path)
+    with AuditStore.open(path, read_only=True) as store:
+        spans = [s.to_json() for s in export_spans(store)]
+        attrs = spans[1]["attributes"]
+        if change == "verdict":  # a deny told as an allow
+            attrs["callgate.verdict"] = "allow" if attrs["callgate.verdict"] == "deny" else "deny"
+        elif change == "taint":
+            attrs["callgate.taint.in"] = ["nothing"]
+        elif change == "name":
+            spans[1]["name"] = "execute_tool harmless"
+        elif change == "drop":
+            del attrs["callgate.reason.ids"]
+        elif change == "add":
+            attrs["callgate.approved_by"] = "nobody"
+        else:
+            spans[1]["end_time_unix_nano"] += 10**9
+        count, problems = check_spans(store, spans)
+    assert count == 2 and len(problems) == 1 and problems[0].startswith("span 2")
+
+
+def test_check_spans_accepts_a_redacted_export_and_complete_needs_every_call(
+        tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    _kernel_run(path)
+    with AuditStore.open(path, read_only=True) as store:
+        full = [s.to_json() for s in export_spans(store, include_arguments=True,
+                                                  include_outputs=True)]
+        plain = [s.to_json() for s in export_spans(store)]
+        assert check_spans(store, full) == (2, []) and check_spans(store, plain) == (2, [])
+        assert check_spans(store, plain[:1]) == (1, [])
+        count, problems = check_spans(store, plain[:1], complete=True)
+    assert count == 1 and len(problems) == 1 and "has no span" in problems[0]
+
+
 def test_the_live_exporter_sends_one_span_per_decided_call(tmp_path: Path,
                                                           receiver: Receiver) -> None:
     exporter = OtlpExporter(receiver.url)
@@ -192,8 +230,14 @@ def test_export_and_check_export_commands_on_the_demo_log(tmp_path: Path,
     checked = subprocess.run([CALLGATE, "audit", "check-export", str(db), str(spans)],
                              capture_output=True, text=True, timeout=60, check=False)
     assert checked.returncode == 0 and checked.stdout.startswith("ok: 8 spans match")
+    complete = subprocess.run([CALLGATE, "audit", "check-export", str(db), str(spans),
+                               "--complete"], capture_output=True, text=True, timeout=60,
+                              check=False)
+    assert complete.returncode == 0 and "every decided call has one" in complete.stdout
     spans.write_text(spans.read_text().replace('"callgate.audit.seq": 2,',
                                                '"callgate.audit.seq": 4,', 1))
     broken = subprocess.run([CALLGATE, "audit", "check-export", str(db), str(spans)],
                             capture_output=True, text=True, timeout=60, check=False)
-    assert broken.returncode == 1 and "BROKEN: 1 of 8 spans" in broken.stdout
+    # the span now names another decision than its own: every field that differs is named
+    assert broken.returncode == 1 and "in 8 spans and the log" in broken.stdout
+    assert broken.stdout.startswith("span 1 (execute_tool web_get): name is")

@@ -139,13 +139,23 @@ def export_spans(store: AuditLog, *, run_id: str | None = None,
                                 include_outputs=include_outputs)
 
 
-def check_spans(store: AuditLog, spans: Iterable[Mapping[str, Any]]) -> tuple[int, list[str]]:
-    """Check exported spans (as :meth:`SpanData.to_json` gives them) against the log: each
-    span's ``callgate.audit.seq`` must be a decision of its run whose hash is the span's
-    ``callgate.audit.hash`` (and the same for the result it names). Returns how many spans
-    were checked and the problems found, one sentence each."""
-    hashes: dict[str, dict[int, tuple[str, str]]] = {}
+#: Attributes an export leaves out unless asked (``--include-arguments``, ``--include-outputs``).
+OPTIONAL_ATTRIBUTES = frozenset({"gen_ai.tool.call.arguments", "callgate.reason.messages",
+                                 "gen_ai.tool.call.result"})
+
+
+def check_spans(store: AuditLog, spans: Iterable[Mapping[str, Any]], *,
+                complete: bool = False) -> tuple[int, list[str]]:
+    """Check exported spans (as :meth:`SpanData.to_json` gives them) against the log.
+
+    Each span is rebuilt from the records its ``callgate.audit.seq`` names and must say what
+    the log says: its name, ids, times and status, and every attribute (an attribute a
+    redacted export leaves out may be missing; none may be added or changed). With
+    ``complete``, every decided call of each run the spans name must have its span. Returns how
+    many spans were checked and the problems found, one sentence each."""
+    expected: dict[str, dict[int, dict[str, Any]]] = {}
     problems: list[str] = []
+    seen: dict[str, set[int]] = {}
     count = 0
     for number, span in enumerate(spans, start=1):
         count += 1
@@ -155,25 +165,51 @@ def check_spans(store: AuditLog, spans: Iterable[Mapping[str, Any]]) -> tuple[in
         if not isinstance(run_id, str):
             problems.append(f"span {number}: no callgate.run.id")
             continue
-        if run_id not in hashes:
-            hashes[run_id] = {r.seq: (r.kind, r.hash) for r in store.records(run_id)}
-        known = hashes[run_id]
+        if run_id not in expected:
+            expected[run_id] = {
+                built.attributes["callgate.audit.seq"]: _plain(built.to_json())  # type: ignore[misc]  # seq is an int attribute
+                for built in spans_of_run(run_id, store.records(run_id), include_arguments=True,
+                                          include_outputs=True)}
+        known = expected[run_id]
         if not known:
             problems.append(f"span {number}: the log has no run {run_id!r}")
             continue
-        for seq_key, hash_key, kind in (
-                ("callgate.audit.seq", "callgate.audit.hash", "decision"),
-                ("callgate.audit.result.seq", "callgate.audit.result.hash", "result")):
-            seq, digest = attrs.get(seq_key), attrs.get(hash_key)
-            if seq is None and kind == "result":
-                continue
-            found = known.get(seq) if isinstance(seq, int) else None
-            if found != (kind, digest):
-                log_has = f"no {kind} there" if found is None or found[0] != kind \
-                    else repr(found[1])
-                problems.append(f"span {number} ({span.get('name')}): {hash_key} {digest!r} at"
-                                f" sequence {seq!r} is not the log's ({log_has})")
+        seq = attrs.get("callgate.audit.seq")
+        want = known.get(seq) if isinstance(seq, int) else None
+        if want is None:
+            problems.append(f"span {number} ({span.get('name')}): the log has no decision at "
+                            f"sequence {seq!r} of run {run_id!r}")
+            continue
+        seen.setdefault(run_id, set()).add(int(seq))  # type: ignore[arg-type]  # an int here
+        problems.extend(f"span {number} ({span.get('name')}): {why}"
+                        for why in _differences(_plain(dict(span)), want))
+    if complete:
+        for run_id, known in expected.items():
+            missing = sorted(set(known) - seen.get(run_id, set()))
+            problems.extend(f"run {run_id}: the decision at sequence {seq} has no span"
+                            for seq in missing)
     return count, problems
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON gives it back (tuples as lists), so two spans compare as JSON."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _differences(span: Mapping[str, Any], want: Mapping[str, Any]) -> list[str]:
+    out = [f"{field} is {span.get(field)!r}, the log's is {want[field]!r}"
+           for field in ("name", "trace_id", "span_id", "start_time_unix_nano",
+                         "end_time_unix_nano", "status") if span.get(field) != want[field]]
+    got, log = span.get("attributes") or {}, want["attributes"]
+    for key in sorted(set(got) | set(log)):
+        if key not in log:
+            out.append(f"attribute {key} is not in the log's record")
+        elif key not in got:
+            if key not in OPTIONAL_ATTRIBUTES:
+                out.append(f"attribute {key} is missing (the log's: {log[key]!r})")
+        elif got[key] != log[key]:
+            out.append(f"attribute {key} is {got[key]!r}, the log's is {log[key]!r}")
+    return out
 
 
 def _json(value: Any) -> str:

@@ -442,10 +442,14 @@ def export_command(db: str | None, store_url: str | None, fmt: str, endpoint: st
 @audit_group.command("check-export")
 @click.argument("db_or_spans", metavar="[DB] SPANS", type=_file, nargs=-1, required=True)
 @store_option
-def check_export_command(db_or_spans: tuple[str, ...], store_url: str | None) -> None:
-    """Check exported spans (jsonl) against the log (DB, or --store URL): each span's
-    callgate.audit.seq and callgate.audit.hash must be the log's; exit 1 naming each span that
-    differs."""
+@click.option("--complete", is_flag=True,
+              help="Also require a span for every decided call of each run the spans name.")
+def check_export_command(db_or_spans: tuple[str, ...], store_url: str | None,
+                         complete: bool) -> None:
+    """Check exported spans (jsonl) against the log (DB, or --store URL), which must verify:
+    each span is rebuilt from the records its callgate.audit.seq names and must say what they
+    say (name, ids, times, status, every attribute; a redacted export may leave out arguments,
+    outputs and reason messages); exit 1 naming each span that differs."""
     from callgate.audit._export import check_spans
 
     if len(db_or_spans) > 2:
@@ -462,12 +466,16 @@ def check_export_command(db_or_spans: tuple[str, ...], store_url: str | None) ->
         fail(f"error: {display(spans)} holds a line that is not a span object")
     with _read_log(db) as store:
         try:
-            count, problems = check_spans(store, parsed)
+            verified = store.verify()
+            count, problems = check_spans(store, parsed, complete=complete)
         except CallgateError as exc:
             fail(f"error: {exc}")
+    if not verified.ok:
+        problems.insert(0, f"the log itself does not verify: {verified.problem}")
     for problem in problems:
         click.echo(problem)
     if problems:
-        click.echo(f"BROKEN: {len(problems)} of {count} spans do not match the log")
+        click.echo(f"BROKEN: {len(problems)} problems in {count} spans and the log")
         sys.exit(1)
-    click.echo(f"ok: {count} spans match the log (sequence and hash of each record)")
+    click.echo(f"ok: {count} spans match the log, record by record"
+               + (", and every decided call has one" if complete else ""))
