@@ -176,3 +176,40 @@ def test_a_trace_file_replays_under_a_policy_and_diffs_verdicts(tmp_path: Path) 
     refused = _cli("replay", str(bad), "--policy", str(policy))
     assert refused.exit_code == 2 and "bad.jsonl:1" in refused.output
     assert _cli("replay", str(trace)).exit_code == 2  # a trace records no policy
+
+
+def test_a_log_rewritten_with_its_own_key_is_refused_with_the_key_kept_apart(
+        tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    genuine = _record_rate_limited(tmp_path / "a")
+    kept_apart = tmp_path / "trusted.pub"
+    kept_apart.write_bytes((genuine.parent / "audit.db.key.pub").read_bytes())
+    # whoever can rewrite the log writes a whole new one: another policy, its own key, anchor
+    forged_dir = tmp_path / "a"
+    for stale in forged_dir.glob("audit.db*"):
+        stale.unlink()
+    kernel = Kernel(parse_policy(RATE_LIMITED.replace("max_calls_per_minute: 2",
+                                                      "max_calls_per_minute: 1000")),
+                    audit=genuine, working_dir=tmp_path)
+    kernel.mediate(GET, executor=lambda call: "<html>page</html>")
+    kernel.close()
+    run = _only_run(genuine)
+    trusting = _cli("replay", "--audit", str(genuine), "--run", run)
+    assert trusting.exit_code == 0  # what sits beside the log vouches for the log
+    assert "recorded under policy 'limited'" in trusting.output
+    checked = _cli("replay", "--audit", str(genuine), "--run", run, "--public-key",
+                   str(kept_apart))
+    assert checked.exit_code == 2 and "does not verify" in checked.output
+
+
+def test_expect_policy_fails_a_replay_recorded_under_another_policy(tmp_path: Path) -> None:
+    db = _record_rate_limited(tmp_path)
+    run = _only_run(db)
+    (tmp_path / "same.yaml").write_text(RATE_LIMITED)
+    (tmp_path / "other.yaml").write_text(STRICTER)
+    same = _cli("replay", "--audit", str(db), "--run", run, "--expect-policy",
+                str(tmp_path / "same.yaml"))
+    assert same.exit_code == 0, same.output
+    other = _cli("replay", "--audit", str(db), "--run", run, "--expect-policy",
+                 str(tmp_path / "other.yaml"))
+    assert other.exit_code == 1 and "POLICY DIFFERS" in other.output

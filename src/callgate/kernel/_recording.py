@@ -27,7 +27,7 @@ from callgate.guards import FingerprintStore, Guard, GuardSettings
 from callgate.policy._schema import Policy
 
 __all__ = ["FORMAT", "MAX_FINGERPRINTS", "decision_recording", "guard_state_recording",
-           "policy_data", "run_recording"]
+           "policy_data", "policy_digest", "run_recording"]
 
 #: The name and version of what the log records for replay.
 FORMAT: Final = "callgate-replay/1"
@@ -46,6 +46,11 @@ def _sha256(data: Any) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def policy_digest(policy: Policy) -> str:
+    """The SHA-256 a run's start records for ``policy`` (of its compiled form)."""
+    return _sha256(policy_data(policy))
+
+
 def run_recording(policy: Policy, *, deadline_s: float, guards: GuardSettings | str,
                   persistent_guards: bool) -> dict[str, Any]:
     """The run-start's ``config["replay"]``: the compiled policy (and its hash), the decision
@@ -58,7 +63,7 @@ def run_recording(policy: Policy, *, deadline_s: float, guards: GuardSettings | 
                                                                       by_alias=True)}
     else:
         guard_source = {"from": guards}
-    return {"format": FORMAT, "policy": data, "policy_sha256": _sha256(data),
+    return {"format": FORMAT, "policy": data, "policy_sha256": policy_digest(policy),
             "decision_deadline_s": deadline_s, "guards": guard_source,
             "guard_state": persistent_guards}
 

@@ -115,13 +115,21 @@ class Recording:
 
 
 def read_recording(path: str | os.PathLike[str], run_id: str, *,
-                   require_anchor: bool = True) -> Recording:
+                   require_anchor: bool = True, public_key: bytes | None = None,
+                   anchor_path: str | os.PathLike[str] | None = None) -> Recording:
     """Verify the log at ``path`` (a SQLite file or a ``postgresql://`` store URL) and read
-    run ``run_id`` for replay. Raises ``ReplayError``."""
+    run ``run_id`` for replay. Raises ``ReplayError``.
+
+    ``public_key`` and ``anchor_path`` are what the log is verified against: keep them apart
+    from the log. Without them the key and the anchor found beside the log are used, and
+    whoever can rewrite the log can replace those too.
+    """
     if is_store_url(path):
-        return _read_store(str(path), run_id, require_anchor=require_anchor)
+        return _read_store(str(path), run_id, require_anchor=require_anchor,
+                           public_key=public_key, anchor_path=anchor_path)
     try:
-        report = verify_file(path, require_anchor=require_anchor)
+        report = verify_file(path, require_anchor=require_anchor, public_key=public_key,
+                             anchor_path=anchor_path)
     except CallgateError as exc:
         raise ReplayError(f"cannot verify the audit log: {exc}") from exc
     if not report.ok:
@@ -278,14 +286,22 @@ def unmark(value: Any) -> Any:
                       "what the kernel saw is not recorded in full")
 
 
-def _read_store(url: str, run_id: str, *, require_anchor: bool) -> Recording:
+def _read_store(url: str, run_id: str, *, require_anchor: bool, public_key: bytes | None,
+                anchor_path: str | os.PathLike[str] | None) -> Recording:
     """``read_recording`` for a PostgreSQL store: verified in one snapshot, then read."""
+    from callgate.audit._anchor import read_anchor
     from callgate.audit._postgres import PostgresAuditStore
 
+    anchor = None
+    if anchor_path is not None:
+        anchor = read_anchor(anchor_path)
+        if anchor is None:
+            raise ReplayError(f"no anchor at {anchor_path}")
     try:
         with open_store(url, read_only=True) as store:
             assert isinstance(store, PostgresAuditStore)
-            report = store.verify(require_anchor=require_anchor)
+            report = store.verify(public_key=public_key, anchor=anchor,
+                                  require_anchor=require_anchor)
             records = store.records(run_id) if report.ok else []
     except CallgateError as exc:
         raise ReplayError(f"cannot read the audit store: {exc}") from exc
