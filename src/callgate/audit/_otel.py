@@ -94,6 +94,7 @@ class OtlpExporter:
         self._processor = BatchSpanProcessor(
             OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s), schedule_delay_millis=500)
         self._runs: dict[str, RunMeta] = {}
+        self._taint: dict[str, set[str]] = {}  # each run's taint so far, as pair_calls has it
         self._waiting: OrderedDict[str, tuple[CallView, RunMeta]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -111,16 +112,20 @@ class OtlpExporter:
                 call_id = str(result.get("call_id", "")) if isinstance(result, dict) else ""
                 found = self._waiting.pop(call_id, None)
                 if found is not None:
-                    self._emit(CallView(found[0].decision, record), found[1])
+                    self._emit(CallView(found[0].decision, record, found[0].run_taint),
+                               found[1])
+                self._taint.setdefault(record.run_id, set()).update(
+                    CallView(record, record).taint_out)
             elif record.kind == "run-end":
                 for call_id, (view, meta) in list(self._waiting.items()):
                     if meta.run_id == record.run_id:
                         del self._waiting[call_id]
                         self._emit(view, meta)
                 self._runs.pop(record.run_id, None)
+                self._taint.pop(record.run_id, None)
 
     def _decision(self, record: AuditRecord) -> None:
-        view = CallView(record)
+        view = CallView(record, run_taint=tuple(sorted(self._taint.get(record.run_id, ()))))
         meta = self._runs.get(record.run_id) or RunMeta(record.run_id, "", "")
         if view.verdict != "allow":
             self._emit(view, meta)

@@ -60,6 +60,9 @@ class CallView:
 
     decision: AuditRecord
     result: AuditRecord | None = None
+    #: the taint the run carried when the call was decided: every source an output recorded
+    #: before it brought in (the run's taint, which the checks read besides the call's own)
+    run_taint: tuple[str, ...] = ()
 
     @property
     def call(self) -> dict[str, Any]:
@@ -92,8 +95,13 @@ class CallView:
 
     @property
     def taint_in(self) -> list[str]:
-        """The taint sources the call's inputs carried."""
+        """The taint sources the call's inputs carried (as the caller gave them)."""
         return _sources(self.call.get("taint"))
+
+    @property
+    def taint_seen(self) -> list[str]:
+        """What the decision saw: the call's own taint and the run's."""
+        return sorted({*self.taint_in, *self.run_taint})
 
     @property
     def taint_out(self) -> list[str]:
@@ -133,7 +141,8 @@ class CallView:
                 "tool": call.get("tool"), "tool_class": call.get("tool_class"),
                 "action": call.get("action"), "parameters": call.get("parameters"),
                 "verdict": self.verdict, "reasons": self.reasons, "witness": self.witness,
-                "taint_in": self.taint_in, "taint_out": self.taint_out,
+                "taint_in": self.taint_in, "taint_run": list(self.run_taint),
+                "taint_out": self.taint_out,
                 "decided_ms": self.decided_ms, "ran_ms": self.ran_ms,
                 "result": None if result is None or self.result is None else {
                     "seq": self.result.seq, "hash": self.result.hash,
@@ -173,16 +182,18 @@ def pair_calls(records: Sequence[AuditRecord]) -> list[CallView]:
     """The run's decisions in order, each with the result recorded for its call (if any)."""
     calls: list[CallView] = []
     waiting: dict[str, int] = {}
+    run_taint: set[str] = set()
     for record in records:
         if record.kind == "decision":
-            view = CallView(record)
+            view = CallView(record, run_taint=tuple(sorted(run_taint)))
             waiting[view.call_id] = len(calls)
             calls.append(view)
         elif record.kind == "result":
             call_id = str(_mapping(record.payload.get("result")).get("call_id", ""))
             at = waiting.pop(call_id, None)
             if at is not None:
-                calls[at] = CallView(calls[at].decision, record)
+                calls[at] = CallView(calls[at].decision, record, calls[at].run_taint)
+            run_taint.update(_sources(_mapping(record.payload.get("result")).get("taint")))
     return calls
 
 

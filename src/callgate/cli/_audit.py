@@ -260,7 +260,7 @@ def _render_run(run: Any) -> None:
         witness = c.witness
         seen = (f"{witness.get('statement')} @ {', '.join(map(str, witness.get('events', [])))}"
                 if witness else "")
-        taint = f"{','.join(c.taint_in) or '-'}→{','.join(c.taint_out) or '-'}"
+        taint = f"{','.join(c.taint_seen) or '-'}→{','.join(c.taint_out) or '-'}"
         table.add_row(str(c.decision.seq),
                       escape(f"{call.get('tool')} {call.get('tool_class')}.{call.get('action')}"
                              f"{' ' + target if target else ''}"),
