@@ -20,7 +20,7 @@ _SUFFIX = ".yaml"
 def policy_set_names() -> list[str]:
     """The shipped policy sets, sorted."""
     return sorted(f.name for f in resources.files(__name__).iterdir()
-                  if f.is_dir() and not f.name.startswith("_"))
+                  if f.is_dir() and not f.name.startswith("_") and f.name != "tests")
 
 
 def load_policy_set(name: str) -> dict[str, LoadedPolicy]:
