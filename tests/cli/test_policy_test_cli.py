@@ -7,6 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from callgate import Kernel, load_policy
+from callgate.audit import AuditStore
 from callgate.cli._policy import policy
 
 POLICY = """name: t
@@ -61,3 +62,23 @@ def test_generate_from_an_unknown_run_is_bad_input(tmp_path: Path) -> None:
     Kernel(load_policy(p), audit=audit).close()
     done = CliRunner().invoke(policy, ["test", p, "--generate", "--audit", audit, "--run", "nope"])
     assert done.exit_code == 2
+
+
+def test_generate_needs_no_policy_works_on_the_demo_log_and_refuses_a_tampered_one(
+        tmp_path: Path) -> None:
+    from callgate.cli import main
+
+    db = tmp_path / "demo.db"
+    assert CliRunner().invoke(main, ["demo", "--audit", str(db)]).exit_code == 0
+    with AuditStore.open(db, read_only=True) as store:
+        (run_id,) = store.run_ids()
+    out = tmp_path / "pinned.yaml"
+    done = CliRunner().invoke(policy, ["test", "--generate", "--audit", str(db), "--run", run_id,
+                                       "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    assert out.read_text().count("verdict:") == 8
+    segment = tmp_path / "demo.db.log"
+    segment.write_text(segment.read_text().replace('"verdict":"deny"', '"verdict":"ALOW"', 1))
+    refused = CliRunner().invoke(policy, ["test", "--generate", "--audit", str(db), "--run",
+                                          run_id])
+    assert refused.exit_code == 2 and "does not verify" in refused.output

@@ -35,27 +35,30 @@ def policy_lint(file: str, strict: bool) -> None:
 
 
 @policy.command("test")
-@click.argument("policy_file", metavar="POLICY", type=click.Path(dir_okay=False))
-@click.argument("tests_file", metavar="TESTS", required=False, type=click.Path(dir_okay=False))
+@click.argument("policy_file", metavar="[POLICY]", required=False,
+                type=click.Path(dir_okay=False))
+@click.argument("tests_file", metavar="[TESTS]", required=False, type=click.Path(dir_okay=False))
 @click.option("--generate", is_flag=True,
-              help="Write cases pinning a recorded run (--audit DB --run ID) instead.")
+              help="Write cases pinning a recorded run (--audit DB --run ID) instead; needs no "
+                   "POLICY (the run's own decisions are pinned).")
 @click.option("--audit", "audit_db", type=click.Path(dir_okay=False),
-              help="The audit log to generate from.")
+              help="The audit log to generate from (a file, or a postgresql:// store URL); it "
+                   "must verify.")
 @click.option("--run", "run_id", help="The run to generate from.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Where --generate writes (default: stdout).")
-def policy_test(policy_file: str, tests_file: str | None, generate: bool, audit_db: str | None,
-                run_id: str | None, output: str | None) -> None:
+def policy_test(policy_file: str | None, tests_file: str | None, generate: bool,
+                audit_db: str | None, run_id: str | None, output: str | None) -> None:
     """Run the table-driven cases of TESTS against POLICY (exit 1 if any fails, 2 on bad input).
 
     With --generate, write cases pinning what run ID of the audit log DB decided instead.
     """
-    loaded = load_cli_policy(policy_file, None)
     if generate:
         _generate(audit_db, run_id, output, tests_file)
         return
-    if tests_file is None:
-        fail("give TESTS, the test file to run (or --generate --audit DB --run ID)")
+    if policy_file is None or tests_file is None:
+        fail("give POLICY and TESTS, the test file to run (or --generate --audit DB --run ID)")
+    loaded = load_cli_policy(policy_file, None)
     from callgate.policytest import load_tests, render, run_tests
 
     try:

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from callgate._errors import CallgateError
-from callgate.audit import AuditRecord, AuditStore
+from callgate.audit import AuditRecord, AuditStore, is_store_url, open_store, verify_file
 from callgate.policytest._schema import CallSpec
 
 
@@ -31,12 +31,22 @@ class Generated:
 
 
 def generate_tests(audit_path: str, run_id: str) -> Generated:
-    """Test YAML pinning run ``run_id`` of the audit log at ``audit_path``.
+    """Test YAML pinning run ``run_id`` of the audit log at ``audit_path`` (a SQLite file or a
+    ``postgresql://`` store), which must verify first: what a test pins is what was recorded.
 
-    Raises ``CallgateError`` (an ``AuditError``) when the log cannot be read or has no such run.
+    Raises ``CallgateError`` (an ``AuditError``) when the log cannot be read, does not verify or
+    has no such run.
     """
-    store = AuditStore.open(audit_path, read_only=True, checkpoints=False)
+    if is_store_url(audit_path):
+        store = open_store(audit_path, read_only=True)
+        report = store.verify()
+    else:
+        report = verify_file(audit_path, require_anchor=False)
+        store = AuditStore.open(audit_path, read_only=True, checkpoints=False)
     try:
+        if not report.ok:
+            raise CallgateError(f"the audit log does not verify ({report}); see `callgate audit "
+                                f"verify`")
         records = store.records(run_id)
     finally:
         store.close()
