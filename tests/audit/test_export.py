@@ -241,3 +241,25 @@ def test_export_and_check_export_commands_on_the_demo_log(tmp_path: Path,
     # the span now names another decision than its own: every field that differs is named
     assert broken.returncode == 1 and "in 8 spans and the log" in broken.stdout
     assert broken.stdout.startswith("span 1 (execute_tool web_get): name is")
+
+
+def test_a_sidecar_with_otlp_endpoint_sends_its_decisions_as_spans(tmp_path: Path,
+                                                                   receiver: Receiver) -> None:
+    from tests.integrations.sidecar.conftest import call, make_server
+
+    sidecar = make_server(tmp_path)
+    sidecar.args += ["--otlp-endpoint", receiver.url]
+    sidecar.start()
+    try:
+        with sidecar.http(sidecar.key) as http:
+            allowed = http.post("/v1/decide", json={"call": call(
+                "fetch", "http", "get", url="https://api.example.org/x")}).json()
+            denied = http.post("/v1/decide", json={"call": call(
+                "fetch", "http", "get", url="https://evil.example.net/x")}).json()
+    finally:
+        sidecar.stop()  # the exporter flushes on the way out
+    assert receiver.arrived.wait(10)
+    verdicts = {s["attributes"]["gen_ai.tool.call.id"]: s["attributes"]["callgate.verdict"]
+                for s in receiver.spans}
+    assert verdicts[allowed["call_id"]] == "allow" and verdicts[denied["call_id"]] == "deny"
+    assert all("gen_ai.tool.call.arguments" not in s["attributes"] for s in receiver.spans)

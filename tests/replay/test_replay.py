@@ -160,6 +160,15 @@ def test_a_claude_code_session_log_replays_across_its_processes(tmp_path: Path) 
     outcome = replay(recording)
     assert outcome.identical, outcome.changes
     assert [after.verdict for _, after in outcome.compared][1] == "deny"
+    # the same session log exports and checks, span by span, and pins itself as a test
+    spans = tmp_path / "spans.jsonl"
+    assert _cli("audit", "export", str(db), "--run", run, "--output", str(spans)).exit_code == 0
+    checked = _cli("audit", "check-export", str(db), str(spans), "--complete")
+    assert checked.exit_code == 0 and "ok: 3 spans" in checked.output, checked.output
+    pinned = tmp_path / "pinned.yaml"
+    assert _cli("policy", "test", "--generate", "--audit", str(db), "--run", run, "-o",
+                str(pinned)).exit_code == 0
+    assert "deny" in pinned.read_text()
 
 
 def test_a_trace_file_replays_under_a_policy_and_diffs_verdicts(tmp_path: Path) -> None:
