@@ -276,6 +276,21 @@ class AsyncClient:
         """The sidecar's receipt public key."""
         return str((await self._send("GET", "/v1/keys"))["keys"][0]["public_key"])
 
+    async def approvals(self, state: str | None = "pending") -> list[dict[str, Any]]:
+        """Approvals (an approver key sees all, an agent key its own)."""
+        params = {"state": state} if state else {}
+        return list((await self._send("GET", "/v1/approvals", params=params))["approvals"])
+
+    async def approval(self, approval_id: str, *, wait: float = 0.0) -> dict[str, Any]:
+        """One approval, after waiting up to ``wait`` seconds for its answer."""
+        return dict(await self._send("GET", f"/v1/approvals/{approval_id}",
+                                     params={"wait": wait} if wait else {}))
+
+    async def answer_approval(self, approval_id: str, approve: bool) -> dict[str, Any]:
+        """Approve or deny (an approver key)."""
+        return dict(await self._send("POST", f"/v1/approvals/{approval_id}",
+                                     json={"approve": approve}))
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._http.aclose()

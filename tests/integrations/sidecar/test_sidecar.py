@@ -112,6 +112,23 @@ def test_the_async_client_mirrors_the_kernel_too(server: Server) -> None:
     assert verdict == "deny" and run_id and violations == []
 
 
+def test_the_async_client_asks_and_answers_approvals(server: Server) -> None:
+    write = call("save", "file", "write", path="data/async.txt", text="x")
+
+    async def go() -> tuple[str, dict[str, object], str]:
+        async with AsyncClient(server.url, server.key) as agent, \
+                AsyncClient(server.url, server.approver) as boss:
+            asked = await agent.decide(write)
+            approval_id = str(asked["approval"]["id"])
+            assert approval_id in {a["id"] for a in await boss.approvals()}
+            answered = await boss.answer_approval(approval_id, True)
+            seen = await agent.approval(approval_id)
+            return str(answered["state"]), seen, approval_id
+
+    state, seen, approval_id = asyncio.run(go())
+    assert state == "approved" and seen["id"] == approval_id and seen["state"] == "approved"
+
+
 def test_execute_runs_the_call_with_the_sidecars_own_executors(server: Server) -> None:
     with Client(server.url, server.key) as client:
         result = client.execute(call("read", "file", "read", path="data/notes.txt"))
