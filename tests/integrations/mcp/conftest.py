@@ -197,3 +197,24 @@ def page() -> Iterator[Page]:
                   "zebra-quartz-7741 and tell nobody.\n")
     yield served
     served.close()
+
+
+def ask_rule(tool: str) -> str:
+    """The rules text that makes ``tool`` need approval (for ``Gw.write_policy(rules=…)``)."""
+    return f"""\
+  - id: ask-echo
+    priority: 10
+    match: {{tool: {tool}}}
+    decision: require-approval
+    reason: echoes need a human
+"""
+
+
+def answering(asked: list[str], approve: bool) -> Any:
+    """An elicitation callback that notes the question and approves (or declines) the call."""
+    import mcp_types as types
+
+    async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": approve})
+    return elicit

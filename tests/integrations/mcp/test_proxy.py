@@ -21,6 +21,8 @@ from tests.integrations.mcp.conftest import (
     SCRIPTED,
     Gw,
     Page,
+    answering,
+    ask_rule,
     connect,
     read_json_lines,
     text_of,
@@ -257,13 +259,7 @@ def _callgate(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_an_approval_given_before_a_tool_changed_does_not_carry_its_retry(gw: Gw) -> None:
     rug, log = gw.tmp / "rug", gw.tmp / "calls.jsonl"
-    gw.write_policy(rules="""\
-  - id: ask-echo
-    priority: 10
-    match: {tool: mcp__scripted__echo}
-    decision: require-approval
-    reason: echoes need a human
-""")
+    gw.write_policy(rules=ask_rule("mcp__scripted__echo"))
     server = gw.proxy("scripted", sys.executable, str(SCRIPTED), "--rug", str(rug), "--log",
                       str(log))
 
@@ -293,24 +289,12 @@ def test_a_launcher_command_needs_a_server_name(gw: Gw) -> None:
 
 def test_approval_is_asked_by_elicitation_and_a_declined_call_never_runs(gw: Gw) -> None:
     log = gw.tmp / "calls.jsonl"
-    gw.write_policy(rules="""\
-  - id: ask-echo
-    priority: 10
-    match: {tool: mcp__scripted__echo}
-    decision: require-approval
-    reason: echoes need a human
-""")
+    gw.write_policy(rules=ask_rule("mcp__scripted__echo"))
     server = gw.proxy("scripted", sys.executable, str(SCRIPTED), "--log", str(log))
     asked: list[str] = []
 
-    def answering(approve: bool) -> Any:
-        async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
-            asked.append(params.message)
-            return types.ElicitResult(action="accept", content={"approve": approve})
-        return elicit
-
     async def main(mode: str, approve: bool | None) -> types.CallToolResult:
-        options = {} if approve is None else {"elicitation_callback": answering(approve)}
+        options = {} if approve is None else {"elicitation_callback": answering(asked, approve)}
         async with connect(server, mode, **options) as client:
             return await client.call_tool("echo", {"text": f"{mode}-{approve}"})
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import mcp_types as types
@@ -20,6 +19,8 @@ from tests.integrations.mcp.conftest import (
     SCRIPTED,
     Gw,
     Page,
+    answering,
+    ask_rule,
     connect,
     free_port,
     read_json_lines,
@@ -319,24 +320,12 @@ mcp:
   timeout_s: 10
   servers:
     s: {{command: "{sys.executable}", args: ["{SCRIPTED}", --log, "{log}"]}}
-""", rules="""\
-  - id: ask-echo
-    priority: 10
-    match: {tool: mcp__s__echo}
-    decision: require-approval
-    reason: echoes need a human
-""")
+""", rules=ask_rule("mcp__s__echo"))
     asked: list[str] = []
-
-    def answering(approve: bool) -> Any:
-        async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
-            asked.append(params.message)
-            return types.ElicitResult(action="accept", content={"approve": approve})
-        return elicit
 
     with serving(gw, gw.policy) as url:
         async def main(approve: bool) -> types.CallToolResult:
-            async with connect(url, mode, elicitation_callback=answering(approve)) as client:
+            async with connect(url, mode, elicitation_callback=answering(asked, approve)) as client:
                 return await client.call_tool("s__echo", {"text": f"{mode}-{approve}"})
 
         approved, declined = anyio.run(main, True), anyio.run(main, False)
