@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import anyio
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from callgate.integrations.mcp._transport import Oversized, read_lines
@@ -33,6 +33,8 @@ async def _lines(data: bytes, limit: int, chunk: int) -> list[bytes | Oversized]
        chunk=st.integers(min_value=1, max_value=700))
 def test_an_oversized_message_keeps_the_id_it_opens_with(ident: int | str, size: int,
                                                          chunk: int) -> None:
+    # an id is read when its JSON text is short (a long one is left unread: no early answer)
+    assume(len(json.dumps(ident)) <= 200)
     message = json.dumps({"jsonrpc": "2.0", "id": ident, "result": {"text": "x" * size}})
     lines = anyio.run(_lines, message.encode() + b"\n" + b'{"ok":1}\n', 150, chunk)
     assert isinstance(lines[0], Oversized) and lines[0].size == len(message.encode())
