@@ -40,11 +40,13 @@ LAYERS: dict[str, set[str]] = {
     "integrations": {"base", "kernel", "policy", "audit", "temporal", "abstraction"},
     # measuring detection on recorded runs: the abstraction and the language, no kernel
     "evaluation": {"base", "abstraction", "temporal", "policy"},
+    # compiling a skill's specification: the language, the abstraction for sample traces
+    "compile": {"base", "abstraction", "temporal", "policy"},
     # the sidecar's client: the values it returns and the receipt check
     "client": {"base", "temporal", "integrations"},
     "cli": {"base", "abstraction", "matchers", "temporal", "policy", "audit", "guards",
             "sandbox", "manifest", "kernel", "executors", "integrations", "evaluation",
-            "client", "policytest", "replay"},
+            "client", "policytest", "replay", "compile"},
     "facade": {"base", "kernel", "policy"},  # callgate/__init__.py
     # the program's entry: the Claude Code hook's fast path, else the command line
     "entry": {"integrations", "cli"},

@@ -24,6 +24,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "Verify, read and export audit logs; manage their signed checkpoints."),
     "check": ("callgate.cli._check", "check_command",
               "Judge a recorded TRACE (or --db/--run) against a policy's behavior statements."),
+    "compile": ("callgate.cli._compile", "compile_command",
+                "Compile a skill's specification (SKILL.md) into behavior statements over a "
+                "run's signature."),
     "decide": ("callgate.cli._decide", "decide",
                "Decide tool calls read as JSON lines on stdin (one run, in order)."),
     "demo": ("callgate.cli._demo", "demo",

@@ -1,0 +1,123 @@
+"""A skill's specification as requirement sentences, each with the line it starts on.
+
+A specification is a ``SKILL.md`` (YAML front matter between ``---`` lines, then Markdown), a
+README, or plain text. Front matter, headings, code blocks, tables and HTML comments are not
+requirements; the rest is split into sentences (a list item is one or more sentences of its
+own). A sentence is a *requirement* when it says what must, must not, or may only happen: it
+holds a modal or an imperative of obligation (``must``, ``never``, ``do not``, ``only``, ``at
+most``, ``requires``, ``always``, ``before``/``after`` with one of those …). The others are
+description, and are kept out of what is compiled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+__all__ = ["MAX_SPEC_BYTES", "Requirement", "Spec", "read_spec"]
+
+#: Specifications larger than this are refused (a skill's document is a few pages).
+MAX_SPEC_BYTES = 512 * 1024
+#: Requirements read from one specification, at most.
+MAX_REQUIREMENTS = 200
+
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
+_TABLE = re.compile(r"^\s*\|")
+_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
+_BREAK = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])")
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_INLINE = re.compile(r"\*\*|\*")  # emphasis; underscores stay (they spell tool names)
+_OBLIGATION = re.compile(
+    r"(?i)\b(must|mustn't|shall|never|always|only|requires?|required|at most|no more than|"
+    r"not more than|do not|don't|does not|doesn't|cannot|can't|may not|should|should not|"
+    r"shouldn't|forbidden|prohibited|not allowed|need(?:s)? to|has to|have to|every|each|"
+    r"followed by|confirm(?:ation)?|approv(?:al|e)|before|after|until|within)\b")
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One requirement sentence of a specification and the line it starts on."""
+
+    text: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """A specification read: its name, the SHA-256 of its text and its requirements."""
+
+    source: str
+    name: str
+    sha256: str
+    requirements: tuple[Requirement, ...]
+
+
+def read_spec(text: str, source: str = "<spec>") -> Spec:
+    """The requirement sentences of ``text`` (a ``SKILL.md``, a README or plain text)."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
+        raise ValueError(f"{source}: a specification is at most {MAX_SPEC_BYTES} bytes")
+    lines = text.splitlines()
+    name, start = _front_matter(lines)
+    sentences: list[Requirement] = []
+    for line_no, paragraph in _paragraphs(lines, start):
+        for sentence in _BREAK.split(paragraph):
+            cleaned = _clean(sentence)
+            if cleaned and _OBLIGATION.search(cleaned) and len(cleaned) <= 1000:
+                sentences.append(Requirement(cleaned, line_no))
+    return Spec(source, name or source, hashlib.sha256(text.encode(
+        "utf-8", "surrogatepass")).hexdigest(), tuple(sentences[:MAX_REQUIREMENTS]))
+
+
+def _front_matter(lines: list[str]) -> tuple[str, int]:
+    """The ``name:`` of the front matter (or ``""``) and the index of the first body line."""
+    if not lines or lines[0].strip() != "---":
+        return "", 0
+    name = ""
+    for index in range(1, len(lines)):
+        if lines[index].strip() == "---":
+            return name, index + 1
+        key, _, value = lines[index].partition(":")
+        if key.strip() == "name":
+            name = value.strip().strip("\"'")
+    return "", 0  # no closing line: not front matter
+
+
+def _paragraphs(lines: list[str], start: int) -> list[tuple[int, str]]:
+    """(line number, text) of each paragraph or list item outside code, headings, tables."""
+    out: list[tuple[int, str]] = []
+    current: list[str] = []
+    first = 0
+    fenced = False
+
+    def flush() -> None:
+        if current:
+            out.append((first, " ".join(current)))
+            current.clear()
+
+    for index in range(start, len(lines)):
+        raw = lines[index]
+        if _FENCE.match(raw):
+            flush()
+            fenced = not fenced
+            continue
+        if fenced or _HEADING.match(raw) or _TABLE.match(raw) or not raw.strip():
+            flush()
+            continue
+        item = _ITEM.match(raw)
+        if item:
+            flush()
+            raw = raw[item.end():]
+        if not current:
+            first = index + 1
+        current.append(raw.strip())
+    flush()
+    return out
+
+
+def _clean(sentence: str) -> str:
+    """A sentence without Markdown emphasis, comments and surplus white space."""
+    text = _COMMENT.sub(" ", sentence)
+    text = _INLINE.sub("", text)
+    return " ".join(text.split()).strip()
