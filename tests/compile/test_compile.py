@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.compile.model_server import ModelServer, Raw
 
 from callgate import Kernel
 from callgate.compile import (
@@ -26,6 +25,7 @@ from callgate.compile import (
 from callgate.compile._ground import ground
 from callgate.compile._rules import draft_by_rules
 from callgate.policy import parse_policy
+from tests.compile.model_server import ModelServer, Raw
 
 CALLGATE = str(Path(sys.executable).parent / "callgate")
 
