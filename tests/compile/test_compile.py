@@ -300,3 +300,10 @@ def test_the_running_example_compiles_loads_in_check_and_blocks_in_the_kernel(
     assert checked.returncode == 1 and "r3-the-transform-a-warp" in checked.stdout
     assert _run_events(text, bad, tmp_path)[-1] == "deny"
     assert _run_events(text, good, tmp_path) == ["allow", "allow"]
+
+
+def test_list_items_under_a_rules_heading_are_requirements_without_a_modal() -> None:
+    spec = read_spec("# Notes\n\n- Sample the video.\n\n## Rules\n\n- Sample the video at 6 fps.\n"
+                     "- Hand off masks\n  only after review.\n\nPlain prose ends it.\n")
+    assert [(r.line, r.text) for r in spec.requirements] == [
+        (7, "Sample the video at 6 fps."), (8, "Hand off masks only after review.")]

@@ -5,8 +5,9 @@ README, or plain text. Front matter, headings, code blocks, tables and HTML comm
 requirements; the rest is split into sentences (a list item is one or more sentences of its
 own). A sentence is a *requirement* when it says what must, must not, or may only happen: it
 holds a modal or an imperative of obligation (``must``, ``never``, ``do not``, ``only``, ``at
-most``, ``requires``, ``always``, ``before``/``after`` with one of those …). The others are
-description, and are kept out of what is compiled.
+most``, ``requires``, ``always``, ``before``, ``after`` …), or it is a list item under a heading
+that announces rules ("Rules", "Requirements", "Constraints", "Guardrails", "Safety", "Policy").
+The others are description, and are kept out of what is compiled.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ _ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
 _BREAK = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _INLINE = re.compile(r"\*\*|\*")  # emphasis; underscores stay (they spell tool names)
+_RULES_HEADING = re.compile(r"(?i)\b(rules?|requirements?|constraints?|guardrails?|safety|"
+                            r"polic(?:y|ies)|must|do(?:es)? and don'?ts?|invariants?)\b")
 _OBLIGATION = re.compile(
     r"(?i)\b(must|mustn't|shall|never|always|only|requires?|required|at most|no more than|"
     r"not more than|do not|don't|does not|doesn't|cannot|can't|may not|should|should not|"
@@ -61,10 +64,10 @@ def read_spec(text: str, source: str = "<spec>") -> Spec:
     lines = text.splitlines()
     name, start = _front_matter(lines)
     sentences: list[Requirement] = []
-    for line_no, paragraph in _paragraphs(lines, start):
+    for line_no, paragraph, ruled in _paragraphs(lines, start):
         for sentence in _BREAK.split(paragraph):
             cleaned = _clean(sentence)
-            if cleaned and _OBLIGATION.search(cleaned) and len(cleaned) <= 1000:
+            if cleaned and (ruled or _OBLIGATION.search(cleaned)) and len(cleaned) <= 1000:
                 sentences.append(Requirement(cleaned, line_no))
     return Spec(source, name or source, hashlib.sha256(text.encode(
         "utf-8", "surrogatepass")).hexdigest(), tuple(sentences[:MAX_REQUIREMENTS]))
@@ -84,16 +87,19 @@ def _front_matter(lines: list[str]) -> tuple[str, int]:
     return "", 0  # no closing line: not front matter
 
 
-def _paragraphs(lines: list[str], start: int) -> list[tuple[int, str]]:
-    """(line number, text) of each paragraph or list item outside code, headings, tables."""
-    out: list[tuple[int, str]] = []
+def _paragraphs(lines: list[str], start: int) -> list[tuple[int, str, bool]]:
+    """(line number, text, whether it is a list item under a heading announcing rules) of each
+    paragraph or list item outside code, headings and tables."""
+    out: list[tuple[int, str, bool]] = []
     current: list[str] = []
     first = 0
     fenced = False
+    ruled = False  # the last heading announces rules
+    is_item = False
 
     def flush() -> None:
         if current:
-            out.append((first, " ".join(current)))
+            out.append((first, " ".join(current), ruled and is_item))
             current.clear()
 
     for index in range(start, len(lines)):
@@ -102,7 +108,11 @@ def _paragraphs(lines: list[str], start: int) -> list[tuple[int, str]]:
             flush()
             fenced = not fenced
             continue
-        if fenced or _HEADING.match(raw) or _TABLE.match(raw) or not raw.strip():
+        if not fenced and _HEADING.match(raw):
+            flush()
+            ruled = bool(_RULES_HEADING.search(raw))
+            continue
+        if fenced or _TABLE.match(raw) or not raw.strip():
             flush()
             continue
         item = _ITEM.match(raw)
@@ -111,6 +121,7 @@ def _paragraphs(lines: list[str], start: int) -> list[tuple[int, str]]:
             raw = raw[item.end():]
         if not current:
             first = index + 1
+            is_item = item is not None
         current.append(raw.strip())
     flush()
     return out
