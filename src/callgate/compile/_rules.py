@@ -54,6 +54,17 @@ _FILLER = frozenset({
 _QUALIFIERS = re.compile(r"(?i)\b(unless|except|if|when|whenever|where|while|other than|but|"
                          r"or|either|neither|nor|without|instead|otherwise|in case)\b")
 _CONFIRM_ACTIONS = re.compile(r"(?i)(confirm|approv|ask_user|request_permission|ask_human)")
+#: A word that points back at something the sentence named ("read a file before you edit it").
+_BACK_REFERENCE = re.compile(r"(?i)\b(it|its|them|they|their|theirs|that|those|this|these|"
+                             r"the same|same)\b")
+
+
+def _tied(sentence: str, first: str, then: str, signature: Signature) -> bool:
+    """Whether the sentence points back from one step to the other's object while the two
+    actions share an argument: "a user may be banned only after they were warned" means the
+    same user, a tie no statement without a variable states (a model is asked instead)."""
+    shared = (signature.args.get(first, frozenset()) & signature.args.get(then, frozenset()))
+    return bool(shared) and bool(_BACK_REFERENCE.search(sentence))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +85,19 @@ def _stem(word: str) -> str:
 
 def _words(text: str) -> list[str]:
     return [w for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
+
+
+#: Short forms tool names use for words sentences spell out.
+_SPELLED = {"pr": ("pull", "request"), "prs": ("pull", "request"), "db": ("database",),
+            "repo": ("repository",), "msg": ("message",), "env": ("environment",),
+            "dir": ("directory",), "cfg": ("configuration",), "config": ("configuration",),
+            "img": ("image",), "doc": ("document",), "docs": ("documentation",),
+            "tmp": ("temporary",), "auth": ("authentication",), "ci": ("continuous",)}
+
+
+def _tokens(action: str) -> list[tuple[str, ...]]:
+    """Each token of an action's name with the words it may be spelled out as."""
+    return [(t, *_SPELLED.get(t, ())) for t in _words(action)]
 
 
 def _same(token: str, word: str) -> bool:
@@ -98,10 +122,10 @@ def resolve_action(phrase: str, signature: Signature) -> str | None:
         return None
     best: list[tuple[int, str]] = []
     for action in signature.actions:
-        tokens = _words(action)
-        if not tokens or not all(any(_same(t, w) for t in tokens) for w in content):
+        tokens = _tokens(action)
+        if not tokens or not all(any(_same(f, w) for t in tokens for f in t) for w in content):
             continue  # a word of the phrase the action's name does not account for
-        score = sum(1 for t in tokens if any(_same(t, w) for w in content))
+        score = sum(1 for t in tokens if any(_same(f, w) for f in t for w in content))
         if score:
             best.append((score - (len(tokens) - score), action))
     if not best:
@@ -146,7 +170,7 @@ def _prec(y: str, x: str) -> Builder:
         verb = m.groupdict().get("yv")  # "masks must only be emitted after …": emitted masks
         first = resolve_action(m[x], sig)
         then = resolve_action(f"{m[y]} {verb}" if verb else m[y], sig)
-        if first is None or then is None or first == then:
+        if first is None or then is None or first == then or _tied(m[0], first, then, sig):
             return None
         return Draft(f"prec({_act(then)}, {_act(first)})", form="prec")
     return build
@@ -155,7 +179,8 @@ def _prec(y: str, x: str) -> Builder:
 def _resp(bounded: bool) -> Builder:
     def build(m: re.Match[str], sig: Signature) -> Draft | None:
         trigger, response = resolve_action(m["x"], sig), resolve_action(m["y"], sig)
-        if trigger is None or response is None or trigger == response:
+        if trigger is None or response is None or trigger == response or \
+                _tied(m[0], trigger, response, sig):
             return None
         if not bounded:
             return Draft(f"resp({_act(trigger)}, {_act(response)})", form="resp")
