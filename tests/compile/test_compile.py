@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from callgate import Kernel
+from callgate.audit import AuditStore
 from callgate.compile import (
     ResponseCache,
     Signature,
@@ -38,7 +39,7 @@ description: Moving-object masks from dashcam video, for the planner.
 
 This skill turns dashcam video into moving-object masks. The planner reads them.
 
-1. Sample the video at 6 frames per second.
+1. Frames are sampled from the video at 6 per second.
 2. Masks must only be emitted after warping the frame.
 3. Validate the output before you hand it off.
 4. The transform a warp consumes must have been validated first.
@@ -262,16 +263,28 @@ def test_compiling_twice_asks_the_model_once(tools: Path, tmp_path: Path) -> Non
 
 def _run_events(policy_text: str, calls: list[dict[str, Any]], tmp: Path) -> list[str]:
     """The verdicts a kernel under the compiled statements (plus a permissive host) gives."""
+    return [verdict for verdict, _ in _audited_run(policy_text, calls, tmp)]
+
+
+def _audited_run(policy_text: str, calls: list[dict[str, Any]],
+                 tmp: Path) -> list[tuple[str, str]]:
+    """(verdict, reason) of each decision the audit log of such a kernel's run records."""
     host = parse_policy("name: host\nversion: 1\nprincipal: {name: agent, capabilities: "
                         "[{tool_class: skill}]}\nrules:\n  - {id: allow, match: {}, decision: "
                         "allow}\nrun_state: {behavioral_rules: false}\n").policy
     compiled = parse_policy(policy_text).policy
     policy = host.model_copy(update={"behavior": compiled.behavior})
-    kernel = Kernel(policy, audit=None, working_dir=tmp)
-    verdicts = [kernel.check({"tool": c["action"], "tool_class": "skill", "action": "call",
-                              "parameters": c["args"]}).verdict for c in calls]
+    db = tmp / f"audit-{len(list(tmp.glob('audit-*.db')))}.db"
+    kernel = Kernel(policy, audit=db, working_dir=tmp)
+    for c in calls:
+        kernel.check({"tool": c["action"], "tool_class": "skill", "action": "call",
+                      "parameters": c["args"]})
     kernel.close()
-    return verdicts
+    with AuditStore.open(db) as store:
+        assert store.verify().ok
+        decisions = [r.payload["decision"] for r in store.records(kernel.run_id)
+                     if r.kind == "decision"]
+    return [(d["verdict"], " ".join(r["message"] for r in d["reasons"])) for d in decisions]
 
 
 def test_the_running_example_compiles_loads_in_check_and_blocks_in_the_kernel(
@@ -298,12 +311,36 @@ def test_the_running_example_compiles_loads_in_check_and_blocks_in_the_kernel(
     checked = subprocess.run([CALLGATE, "check", "--policy", str(out), str(trace)],
                              capture_output=True, text=True, check=False)
     assert checked.returncode == 1 and "r3-the-transform-a-warp" in checked.stdout
-    assert _run_events(text, bad, tmp_path)[-1] == "deny"
+    verdict, reason = _audited_run(text, bad, tmp_path)[-1]
+    assert verdict == "deny"
+    assert "The transform a warp consumes must have been validated first." in reason
     assert _run_events(text, good, tmp_path) == ["allow", "allow"]
 
 
 def test_list_items_under_a_rules_heading_are_requirements_without_a_modal() -> None:
-    spec = read_spec("# Notes\n\n- Sample the video.\n\n## Rules\n\n- Sample the video at 6 fps.\n"
-                     "- Hand off masks\n  only after review.\n\nPlain prose ends it.\n")
+    spec = read_spec("# Notes\n\n- Frames are sampled.\n\n## Rules\n\n- Frames at 6 fps.\n"
+                     "- Masks handed off\n  only after review.\n\nThe list ends here.\n")
     assert [(r.line, r.text) for r in spec.requirements] == [
-        (7, "Sample the video at 6 fps."), (8, "Hand off masks only after review.")]
+        (7, "Frames at 6 fps."), (8, "Masks handed off only after review.")]
+
+
+@pytest.mark.parametrize("sentence, required", [
+    ("Leave alone anything whose description shows the tag keep=true.", True),
+    ("Keep replies short and in the user's usual tone.", True),
+    ("Be warm and plain-spoken with customers.", True),
+    ("Apply the migrations one at a time, oldest first.", True),
+    ("Seed the corpus from the project's test inputs.", True),
+    ("If the smoke test fails, roll back to the previous version.", True),
+    ("When two rollbacks have not helped, stop and hand over to a person.", True),
+    ("The camera moves with the car.", False),
+    ("Masks are produced by the second stage.", False),
+    ("Refunds go through the payment provider.", False),
+    ("Merging is left to the maintainers.", False),
+    ("Missing values are common in these exports.", False),
+    ("Usually the planner reads them.", False),
+    ("`emit_mask` writes one file per frame.", False),
+])
+def test_an_instruction_is_a_requirement_and_a_statement_of_fact_is_not(
+        sentence: str, required: bool) -> None:
+    found = [r.text for r in read_spec(f"# Skill\n\n{sentence}\n").requirements]
+    assert found == ([sentence] if required else [])

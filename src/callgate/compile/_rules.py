@@ -197,7 +197,10 @@ def _absent(m: re.Match[str], sig: Signature) -> Draft | None:
 
 
 def _most(m: re.Match[str], sig: Signature) -> Draft | None:
-    phrase = f"{m['verb']} {m['x']}" if "verb" in m.groupdict() and m["verb"] else m["x"]
+    groups = m.groupdict()
+    phrase = f"{groups['verb']} {m['x']}" if groups.get("verb") else m["x"]
+    if groups.get("obj"):  # "do not stop more than 3 instances": one call per instance
+        phrase = f"{phrase} {groups['obj']}"
     action, n = resolve_action(phrase, sig), _count(m["n"])
     if action is None or n is None or n > MAX_COUNT:
         return None
@@ -260,7 +263,7 @@ PHRASINGS: tuple[tuple[re.Pattern[str], Builder], ...] = tuple(
         (rf"^(?P<x>.+?)\s+before\s+(?:you\s+)?(?P<y>.+?){_END}", _prec("y", "x")),
         # at most N times
         (rf"^(?:do not|don't|never|you must not)\s+(?P<x>.+?)\s+more\s+than\s+(?P<n>\w+)"
-         rf"(?:\s+times?)?(?:\s+(?:per|in a|in one)\s+run)?{_END}", _most),
+         rf"(?:\s+times?|\s+(?P<obj>[a-z]+))?(?:\s+(?:per|in a|in one)\s+run)?{_END}", _most),
         (rf"^(?P<x>.+?)\s+(?:{_MODAL}\s+|may\s+|can\s+)?(?:only\s+)?(?:be\s+\w+\s+)?"
          rf"(?:at most|no more than|not more than)\s+(?P<n>\w+)\s+times?"
          rf"(?:\s+(?:per|in a|in one)\s+run)?{_END}", _most),

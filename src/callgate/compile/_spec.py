@@ -5,9 +5,12 @@ README, or plain text. Front matter, headings, code blocks, tables and HTML comm
 requirements; the rest is split into sentences (a list item is one or more sentences of its
 own). A sentence is a *requirement* when it says what must, must not, or may only happen: it
 holds a modal or an imperative of obligation (``must``, ``never``, ``do not``, ``only``, ``at
-most``, ``requires``, ``always``, ``before``, ``after`` …), or it is a list item under a heading
-that announces rules ("Rules", "Requirements", "Constraints", "Guardrails", "Safety", "Policy").
-The others are description, and are kept out of what is compiled.
+most``, ``requires``, ``always``, ``before``, ``after`` …), it is an instruction (it opens,
+after any "If …," or "When …," clause, with a verb: "Leave alone anything tagged keep=true"),
+or it is a list item under a heading that announces rules ("Rules", "Requirements",
+"Constraints", "Guardrails", "Safety", "Policy"). The others are description ("The camera moves
+with the car."), kept out of what is compiled. Erring towards a requirement is deliberate: a
+sentence read as one and not compiled is reported, one read as description is not.
 """
 
 from __future__ import annotations
@@ -39,6 +42,45 @@ _OBLIGATION = re.compile(
     r"followed by|confirm(?:ation)?|approv(?:al|e)|before|after|until|within)\b")
 
 
+#: Words that open a sentence without making it an imperative (the subject or a determiner
+#: of one, an auxiliary, a conjunction or preposition); "be" is left out ("Be brief.").
+_NOT_IMPERATIVE = frozenset("""
+    the a an this that these those it its you your we our they their i he she there here
+    what which who whose how why each every any all some most many no none one both either
+    and or but so because since as for of in on at by with from to into about
+    is are was were been has have had can could will would may might do does did
+    not also then first next finally
+""".split())  # noqa: SIM905 - a word list reads better as text
+_AUXILIARY = frozenset(("is", "are", "was", "were", "has", "have", "had", "can", "could", "will",
+                        "would", "may", "might", "do", "does", "did", "must", "should", "shall"))
+_CONDITION = re.compile(r"(?i)^(?:if|when|whenever|unless|once|where)\b[^,]{1,200},\s*")
+
+
+def _imperative(sentence: str) -> bool:
+    """Whether ``sentence`` tells the agent what to do ("Leave alone anything tagged keep",
+    "If the smoke test fails, roll back"): it opens, after any leading condition, with a
+    verb's bare form. Judged from the words alone: the first is not a function word, a plural,
+    an adverb or a participle, and the second is not an auxiliary ("Masks are ...")."""
+    condition = _CONDITION.match(sentence)
+    rest = sentence[condition.end():] if condition else sentence
+    words = re.findall(r"[A-Za-z][A-Za-z'-]*", rest.replace("`", " ` "))
+    if len(words) < 2 or rest.lstrip().startswith("`"):
+        return False
+    first, second = words[0], words[1].lower()
+    if not condition and not first[0].isupper():
+        return False
+    first = first.lower()
+    if first in _NOT_IMPERATIVE or second in _AUXILIARY:
+        return False
+    if first.endswith("s") and not first.endswith(("ss", "us", "is")):
+        return False  # "Refunds go ...": a plural noun, not a verb
+    if first.endswith("ly") and not first.endswith("ply"):
+        return False  # "Usually ...", not "Apply ..."
+    if first.endswith("ed") and not first.endswith("eed") and len(first) >= 6:
+        return False  # "Merged files ...", not "Seed ..." or "Embed ..."
+    return not (first.endswith("ing") and len(first) >= 6)  # "Missing ...", not "Bring ..."
+
+
 @dataclass(frozen=True, slots=True)
 class Requirement:
     """One requirement sentence of a specification and the line it starts on."""
@@ -67,7 +109,8 @@ def read_spec(text: str, source: str = "<spec>") -> Spec:
     for line_no, paragraph, ruled in _paragraphs(lines, start):
         for sentence in _BREAK.split(paragraph):
             cleaned = _clean(sentence)
-            if cleaned and (ruled or _OBLIGATION.search(cleaned)) and len(cleaned) <= 1000:
+            if cleaned and (ruled or _OBLIGATION.search(cleaned) or _imperative(cleaned)) \
+                    and len(cleaned) <= 1000:
                 sentences.append(Requirement(cleaned, line_no))
     return Spec(source, name or source, hashlib.sha256(text.encode(
         "utf-8", "surrogatepass")).hexdigest(), tuple(sentences[:MAX_REQUIREMENTS]))
