@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from callgate import Kernel
 from callgate.audit import AuditStore
@@ -150,11 +151,50 @@ def test_grounding_refuses_what_the_signature_does_not_have(tools: Path) -> None
     for rule, problem in (
             ("abs(action = launch_rocket)", "action 'launch_rocket' is not in the signature"),
             ("abs(action = warp_frame and colour = \"red\")", "argument 'colour'"),
-            ("abs(action = sample_frames and fps = 7)", "value '7' of argument 'fps'"),
+            ("abs(action = sample_frames and fps = 7)", "value 7 of argument 'fps'"),
             ("abs(action = warp_frame and action = emit_mask)", "matches nothing"),
             ("always(true)", "does not parse"),
             ("prec(action = warp_frame, action = emit_mask and frame = $f)", "does not parse")):
         assert any(problem in p for p in ground(rule, sig)[1]), rule
+
+
+@pytest.mark.parametrize("rule, problem", [
+    # patterns no event matches: contradicting atoms, values outside an enum or of its type
+    ("abs(action = delete_file and status = ok and status = error)", "matches no event"),
+    ("abs(action = delete_file and action != delete_file)", "matches no event"),
+    ("abs(action = sample_frames and fps > 1000)", "matches no event"),
+    ("abs(action = sample_frames and fps > 5 and fps < 3)", "matches no event"),
+    ("abs(action = sample_frames and fps ~ \"999*\")", "matches no event"),
+    ("abs(action = sample_frames and fps = 6 and fps = 12)", "matches no event"),
+    ("abs(action = sample_frames and fps = \"6\")", "value \"6\" of argument 'fps'"),
+    # an argument of another action, or one only the kernel adds online
+    ("abs(action = delete_file and frame = \"x\")", "not an argument of delete_file"),
+    ("abs(action = delete_file and tool_class = \"nonexistent\")", "argument 'tool_class'"),
+    # a source nothing labels content with
+    ("abs(action = delete_file and taint has nothing_such)", "source 'nothing_such'"),
+    ("abs(action = delete_file and path from nosuchsource)", "source 'nosuchsource'"),
+    # statements no run breaks: they could never fire
+    ("always(action = delete_file or not action = delete_file)", "could never fire"),
+    ("always(not (action = delete_file and once(action = hand_off) and action = emit_mask))",
+     "could never fire"),
+    ("rslv(action = delete_file, action = delete_file)", "could never fire"),
+    # one every run breaks: it would refuse all work
+    ("always(action = delete_file and not action = delete_file)", "refuse all work"),
+])
+def test_a_statement_that_cannot_matter_over_the_signature_is_refused(
+        tools: Path, rule: str, problem: str) -> None:
+    problems = ground(rule, _sig(tools))[1]
+    assert any(problem in p for p in problems), problems
+
+
+def test_every_human_statement_of_the_corpus_grounds_over_its_tools() -> None:
+    corpus = Path(__file__).resolve().parents[2] / "benchmarks" / "compile" / "corpus"
+    for spec in sorted(p for p in corpus.iterdir() if p.is_dir()):
+        sig = signature_of_tools(spec / "tools.json")
+        human = yaml.safe_load((spec / "human.yaml").read_text(encoding="utf-8"))
+        for requirement in human["requirements"]:
+            if requirement.get("statement"):
+                assert ground(requirement["statement"], sig)[1] == [], (spec.name, requirement)
 
 
 def test_a_sample_trace_gives_the_signature_actions_arguments_and_values(

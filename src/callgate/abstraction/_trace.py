@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from callgate._errors import Problem, TraceError
 from callgate._jsonlimits import loads_bounded
 from callgate._model import Event
+from callgate._text import NotUtf8Error, decode_utf8, lines_of
 from callgate.abstraction._abstractor import Abstractor
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -30,9 +31,11 @@ def load_raw_trace(
     """
     source = os.fspath(path)
     try:
-        with open(source, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        with open(source, "rb") as handle:
+            lines = lines_of(decode_utf8(handle.read()))
+    except NotUtf8Error as exc:
+        raise TraceError([Problem("not valid UTF-8", source, exc.line, exc.column)]) from exc
+    except OSError as exc:
         raise TraceError([Problem(f"cannot read the trace: {exc}", source=source)]) from exc
     tool = abstractor or Abstractor()
     events: list[Event] = []

@@ -16,11 +16,9 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from callgate._errors import CallgateError
-from callgate._jsonlimits import loads_bounded
+from callgate.compile._tools import read_tools
 
 __all__ = ["Signature", "signature_of_events", "signature_of_tools", "signature_of_trace"]
 
@@ -38,7 +36,8 @@ KERNEL_ARGS = frozenset({"tool_class", "tool_action", "risk"})
 class Signature:
     """Actions, each action's argument names, and the values seen per argument.
 
-    ``closed_values`` holds the arguments whose every value is known (an ``enum``, or any
+    ``values`` holds each value as its JSON text (``"6"`` the string, ``6`` the number).
+    ``closed_values`` holds the arguments whose every value is known (an ``enum``, or an
     argument of a sample trace): a literal compared with one of them must be among its values.
     """
 
@@ -69,17 +68,20 @@ class Signature:
             args = []
             for name in sorted(self.args.get(action, ())):
                 seen = sorted(self.values.get(name, ()))[:limit]
-                args.append(f"{name} in {json.dumps(seen)}" if seen else name)
+                args.append(f"{name} in [{', '.join(seen)}]" if seen else name)
             what = self.descriptions.get(action, "")
             lines.append(f"- {action}({', '.join(args)})" + (f": {what}" if what else ""))
         return "\n".join(lines)
 
 
 def signature_of_events(events: Iterable[Any], source: str = "<trace>") -> Signature:
-    """Σ of a run's events (``callgate._model.Event``)."""
+    """Σ of a run's events (``callgate._model.Event``): an argument's values are the ones the
+    run showed (each element of a list on its own), all of them, unless there were more than
+    ``MAX_VALUES`` or one longer than ``MAX_VALUE_CHARS`` (then it takes any value)."""
     actions: set[str] = set()
     args: dict[str, set[str]] = {}
     values: dict[str, set[str]] = {}
+    open_args: set[str] = set()
     for event in events:
         actions.add(event.action)
         names = args.setdefault(event.action, set())
@@ -87,13 +89,16 @@ def signature_of_events(events: Iterable[Any], source: str = "<trace>") -> Signa
             if key in KERNEL_ARGS:
                 continue
             names.add(key)
+            bucket = values.setdefault(key, set())
             for item in value if isinstance(value, list) else [value]:
-                text = item if isinstance(item, str) else json.dumps(item, sort_keys=True)
-                bucket = values.setdefault(key, set())
-                if len(text) <= MAX_VALUE_CHARS and len(bucket) < MAX_VALUES:
+                text = _text(item)
+                if len(text) > MAX_VALUE_CHARS or len(bucket) >= MAX_VALUES:
+                    open_args.add(key)
+                else:
                     bucket.add(text)
     return Signature(frozenset(actions), {a: frozenset(k) for a, k in args.items()},
-                     {k: frozenset(v) for k, v in values.items()}, frozenset(values), {}, source)
+                     {k: frozenset(v) for k, v in values.items()},
+                     frozenset(values) - open_args, {}, source)
 
 
 def signature_of_trace(path: str | os.PathLike[str]) -> Signature:
@@ -109,73 +114,27 @@ def signature_of_trace(path: str | os.PathLike[str]) -> Signature:
 
 
 def signature_of_tools(path: str | os.PathLike[str]) -> Signature:
-    """Σ of the tools a file declares: MCP ``tools/list`` (``{"tools": [{name, inputSchema}]}``),
-    a list of such tools, OpenAI function definitions (``{"type": "function", "function":
-    {name, parameters}}``), in JSON or YAML."""
-    where = os.fspath(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CallgateError(f"cannot read the tools file {where}: {exc}") from exc
-    try:
-        data: Any = loads_bounded(text)
-    except ValueError:
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise CallgateError(f"{where}: neither JSON nor YAML: {exc}") from exc
-    tools = data.get("tools") if isinstance(data, Mapping) else data
-    if not isinstance(tools, list):
-        raise CallgateError(f"{where}: expected a list of tools (or an object with 'tools')")
-    actions: set[str] = set()
-    args: dict[str, set[str]] = {}
+    """Σ of the tools a file declares (``_tools.read_tools``: MCP ``tools/list``, a list of
+    tools, or OpenAI function definitions, in JSON or YAML); an argument whose schema lists its
+    values (``enum``, ``const``) takes only those."""
+    tools = read_tools(path)
+    args: dict[str, frozenset[str]] = {}
     values: dict[str, set[str]] = {}
-    closed: set[str] = set()
-    descriptions: dict[str, str] = {}
-    for index, tool in enumerate(tools):
-        name, schema, description = _tool_parts(tool, f"{where}: tools[{index}]")
-        actions.add(name)
-        descriptions[name] = description
-        names = args.setdefault(name, set())
-        properties = schema.get("properties") if isinstance(schema, Mapping) else None
-        for key, prop in (properties or {}).items():
-            names.add(str(key))
-            known = _known_values(prop)
-            if known is not None:
-                values.setdefault(str(key), set()).update(known)
-                closed.add(str(key))
-    return Signature(frozenset(actions), {a: frozenset(k) for a, k in args.items()},
-                     {k: frozenset(v) for k, v in values.items()}, frozenset(closed),
-                     descriptions, where)
-
-
-def _tool_parts(tool: Any, where: str) -> tuple[str, Any, str]:
-    """A tool's name, input schema and description, whichever shape it is written in."""
-    if not isinstance(tool, Mapping):
-        raise CallgateError(f"{where}: a tool must be an object")
-    if tool.get("type") == "function" and isinstance(tool.get("function"), Mapping):
-        tool = tool["function"]
-    name = tool.get("name")
-    if not isinstance(name, str) or not name:
-        raise CallgateError(f"{where}: a tool needs a name")
-    schema = tool.get("inputSchema", tool.get("input_schema", tool.get("parameters", {})))
-    description = tool.get("description")
-    return name, schema, description.strip().splitlines()[0] if isinstance(
-        description, str) and description.strip() else ""
-
-
-def _known_values(prop: Any) -> set[str] | None:
-    """The values a property can take when its schema says (``enum``, ``const``), else None."""
-    if not isinstance(prop, Mapping):
-        return None
-    if "const" in prop:
-        return {_text(prop["const"])}
-    if isinstance(prop.get("enum"), list):
-        return {_text(v) for v in prop["enum"]}
-    return None
+    open_args: set[str] = set()
+    for tool in tools:
+        args[tool.name] = frozenset(tool.values)
+        for name, allowed in tool.values.items():
+            if allowed is None:
+                open_args.add(name)
+            else:
+                values.setdefault(name, set()).update(_text(v) for v in allowed)
+    # an argument is closed when every tool that has it lists its values
+    closed = frozenset(values) - open_args
+    return Signature(frozenset(args), args, {k: frozenset(v) for k, v in values.items()},
+                     closed, {t.name: t.description for t in tools if t.description},
+                     os.fspath(path))
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    """A value as Σ keeps it: its JSON text (``"6"`` and ``6`` stay apart)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from callgate._errors import PolicyError, Problem
+from callgate._text import NotUtf8Error, decode_utf8
 from callgate.matchers._regex import check_pattern
 from callgate.policy._roots import root_problems
 from callgate.policy._schema import Policy
@@ -108,12 +109,10 @@ def load_policy(path: str | os.PathLike[str], *, cache: PolicyCache | None = Non
         raise PolicyError([Problem(f"cannot read policy file: {reason}", source)]) from exc
     _check_size(len(data), source)
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        text = decode_utf8(data)
+    except NotUtf8Error as exc:
         raise PolicyError(
-            [Problem("policy file is not valid UTF-8", source, line, column)]
+            [Problem("policy file is not valid UTF-8", source, exc.line, exc.column)]
         ) from exc
     if cache is not None and not cache.may_stand_for(owner):
         cache = None  # the user's cache is no stand-in for a file the user cannot change
@@ -177,21 +176,28 @@ def _validate(text: str, source: str) -> tuple[Policy, dict[NodePath, Place]]:
     return policy, builder.places()
 
 
-def validate_document(text: str, source: str, schema: type[_M], *, max_depth: int = MAX_DEPTH
-                      ) -> tuple[_M, dict[NodePath, Place]]:
+def validate_document(text: str, source: str, schema: type[_M], *, max_depth: int = MAX_DEPTH,
+                      list_key: str | None = None) -> tuple[_M, dict[NodePath, Place]]:
     """YAML ``text`` validated against any ``schema`` by this loader's rules: the model and the
     place of every node.
 
     The YAML is read as a policy is (core-schema scalars, no aliases, duplicate keys refused,
     nesting up to ``max_depth``), and every problem, unknown keys with a suggestion included, is
     reported at its file:line:col in one ``PolicyError``. Other files callgate reads next to
-    policies (policy tests) use it.
+    policies (policy tests, tools' schemas) use it. With ``list_key``, a document that is a
+    list is read as the mapping ``{list_key: the list}`` (places stay where the text has them).
     """
     from callgate.policy._compose import Builder, compose
 
     root = compose(text, source, max_depth)
     builder = Builder()
     data = builder.build(root, ())
+    if list_key is not None and isinstance(data, list):
+        data = {list_key: data}
+        builder.values = {**{(list_key, *path): node for path, node in builder.values.items()},
+                          (): root}
+        builder.keys = {(list_key, *path): node for path, node in builder.keys.items()}
+        builder.refused = [(m, node, (list_key, *path)) for m, node, path in builder.refused]
     if not isinstance(data, dict):
         raise PolicyError([_problem("the top level must be a mapping of keys", source, root, ())])
     problems = [_problem(message, source, node, path) for message, node, path in builder.refused]

@@ -20,6 +20,7 @@ from typing import Any
 from callgate._errors import Problem, TraceError
 from callgate._jsonlimits import loads_bounded
 from callgate._model import Event
+from callgate._text import NotUtf8Error, decode_utf8, lines_of
 from callgate.temporal._patterns import OBSERVATION_LIMIT, text_of
 
 #: Problems reported for one trace before the rest are summarised.
@@ -32,12 +33,14 @@ def load_trace(path: str | Path) -> list[Event]:
     """Read a JSONL trace; raise ``TraceError`` naming each bad line."""
     source = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = decode_utf8(Path(path).read_bytes())
+    except NotUtf8Error as exc:
+        raise TraceError([Problem("not valid UTF-8", source, exc.line, exc.column)]) from exc
+    except OSError as exc:
         raise TraceError([Problem(f"cannot read trace: {exc}", source)]) from exc
     events: list[Event] = []
     problems: list[Problem] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(lines_of(text), start=1):
         if not line.strip():
             continue
         try:
