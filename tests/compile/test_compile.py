@@ -131,6 +131,64 @@ def test_sentences_a_rule_would_get_wrong_are_left_to_a_model(tools: Path,
     assert draft_by_rules(sentence, _sig(tools)) is None
 
 
+ACTIONS = {"tools": [{"name": n} for n in (
+    "run_tests", "deploy", "delete_file", "read_file", "charge_card", "confirm_with_user",
+    "stop_instance", "impute_missing", "and", 'say "hi"')]}
+
+
+@pytest.mark.parametrize("sentence", [
+    # a word beside a quoted tool name qualifies the step
+    "Never call `deploy` after running the tests.",
+    "Do not call `charge_card` twice.",
+    "Do not call `deploy` more than 3 times per day.",
+    "Do not call `deploy` until the tests pass.",
+    "Never call `delete_file` on paths under /etc.",
+    "Do not call `deploy` on Fridays.",
+    "`deploy` may only happen after `run_tests` fails.",
+    "After `deploy` fails, `run_tests` must follow.",
+    # a permission requires nothing
+    "You may deploy before running the tests.",
+    "You can deploy before running the tests.",
+    "Deploying may happen before running the tests.",
+    "Deploy can be done before running the tests.",
+    "After deploying, you may run the tests.",
+    # "only", "first", "again" restrict the step; a verb after "be" is the step
+    "Only deploy before running the tests.",
+    "Run the tests only before deploying.",
+    "Do not deploy first.",
+    "Never call `deploy` first.",
+    "Never deploy again.",
+    "Deploy can be skipped at most 3 times.",
+    "Deploy may be retried at most 2 times.",
+    # a word that merely starts like an action's name
+    "Never run the testimonials.",
+    "Never read the filesystem.",
+])
+def test_a_rule_never_compiles_a_sentence_to_what_it_does_not_say(tmp_path: Path,
+                                                                 sentence: str) -> None:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(ACTIONS))
+    assert draft_by_rules(sentence, signature_of_tools(path)) is None
+
+
+@pytest.mark.parametrize("sentence, rule", [
+    ("Deploy can be done at most 3 times.", "always(not (action = deploy and once(action = "
+     "deploy and once(action = deploy and once(action = deploy)))))"),
+    ("Do not stop more than 2 instances in one run.", "always(not (action = stop_instance and "
+     "once(action = stop_instance and once(action = stop_instance))))"),
+    ("Never call `and`.", 'abs(action = "and")'),
+    ('Never call `say "hi"`.', 'abs(action = "say \\"hi\\"")'),
+])
+def test_paraphrases_and_awkward_names_compile_to_statements_that_parse(
+        tmp_path: Path, sentence: str, rule: str) -> None:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(ACTIONS))
+    sig = signature_of_tools(path)
+    draft = draft_by_rules(sentence, sig)
+    assert draft is not None and draft.rule == rule
+    assert ground(rule, sig)[1] == []
+
+
 def test_confirmation_is_a_precedence_on_the_confirming_action_or_an_approval_rule(
         tools: Path, tmp_path: Path) -> None:
     plain = draft_by_rules("Deleting a file requires confirmation.", _sig(tools))

@@ -41,10 +41,10 @@ _FILLER = frozenset({
     "a", "an", "the", "any", "all", "every", "each", "its", "it", "it's", "their", "your",
     "you", "we", "they", "this", "that", "these", "those", "step", "steps", "action",
     "actions", "tool", "tools", "call", "calls", "command", "commands", "operation",
-    "operations", "function", "functions", "first", "always", "ever", "again", "also",
-    "then", "once", "must", "should", "shall", "may", "can", "is", "are", "be", "been",
+    "operations", "function", "functions", "always", "ever",
+    "must", "should", "shall", "may", "can", "is", "are", "be", "been",
     "being", "do", "does", "done", "doing", "to", "of", "for", "on", "with", "by", "from",
-    "at", "into", "as", "so", "just", "only", "has", "have", "had", "will", "would",
+    "at", "into", "as", "so", "just", "has", "have", "had", "will", "would",
     "please", "user", "agent", "skill", "run", "runs", "running", "invoke", "invoked",
     "use", "used", "using", "perform", "performed", "performing", "execute", "executed",
     "executing", "make", "making", "made", "happen", "happens", "occur", "occurs", "take",
@@ -53,6 +53,22 @@ _FILLER = frozenset({
 #: Words that qualify a step (a condition, a scope): a sentence holding one is left to a model.
 _QUALIFIERS = re.compile(r"(?i)\b(unless|except|if|when|whenever|where|while|other than|but|"
                          r"or|either|neither|nor|without|instead|otherwise|in case)\b")
+#: Words that permit rather than require ("you may deploy before testing" forbids nothing) …
+_PERMITS = re.compile(r"(?i)\b(may|can|could|might|allowed|permitted|fine|ok|okay|optional|"
+                      r"optionally|free to|feel free)\b")
+#: … unless a restriction comes with them ("may only", "may not", "can be done at most …").
+_RESTRICTS = re.compile(r"(?i)\b(only|not|never|cannot|can't|at most|no more than|"
+                        r"not more than)\b")
+#: Verbs that say a step happened, nothing about how ("may be called at most twice").
+_NEUTRAL_VERBS = frozenset({"called", "run", "invoked", "used", "executed", "performed",
+                            "done", "made", "requested", "triggered"})
+#: Endings a word takes without changing what it names ("test", "tests", "testing").
+_ENDINGS = ("", "s", "es", "e", "ed", "d", "ing", "er", "ers", "ion", "ions", "ation",
+            "ations", "ment", "ments", "al", "y", "ies")
+#: Words of the language a name must be quoted to be (``action = "in"``).
+_KEYWORDS = frozenset({"and", "or", "not", "in", "once", "eventually", "true", "false", "null",
+                       "any", "all", "links", "action", "status", "output", "taint", "from",
+                       "has", "contains"})
 _CONFIRM_ACTIONS = re.compile(r"(?i)(confirm|approv|ask_user|request_permission|ask_human)")
 #: A word that points back at something the sentence named ("read a file before you edit it").
 _BACK_REFERENCE = re.compile(r"(?i)\b(it|its|them|they|their|theirs|that|those|this|these|"
@@ -83,6 +99,13 @@ def _stem(word: str) -> str:
     return word
 
 
+def _undouble(stem: str) -> str:
+    """A stem without a doubled last consonant ("emitt" of "emitted" is "emit")."""
+    if len(stem) >= 4 and stem[-1] == stem[-2] and stem[-1] not in "aeiou":
+        return stem[:-1]
+    return stem
+
+
 def _words(text: str) -> list[str]:
     return [w for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
 
@@ -102,12 +125,13 @@ def _tokens(action: str) -> list[tuple[str, ...]]:
 
 def _same(token: str, word: str) -> bool:
     """Whether a token of an action name and a word of a sentence name the same thing: equal
-    stems, or one a prefix (at least three letters) of the other (``repo``, ``repository``)."""
-    a, b = _stem(token), _stem(word)
+    stems, or one the other with an ending that keeps its meaning (``deploy``, ``deployment``;
+    not ``test``, ``testimonials``)."""
+    a, b = _undouble(_stem(token)), _undouble(_stem(word))
     if a == b:
         return True
     short, long_ = sorted((a, b), key=len)
-    return len(short) >= 3 and long_.startswith(short)
+    return len(short) >= 3 and long_.startswith(short) and long_[len(short):] in _ENDINGS
 
 
 def resolve_action(phrase: str, signature: Signature) -> str | None:
@@ -116,7 +140,11 @@ def resolve_action(phrase: str, signature: Signature) -> str | None:
     quoted = re.findall(r"`([^`]+)`", phrase)
     named = [q for q in quoted if q in signature.actions]
     if len(named) == 1:
-        return str(named[0])
+        rest = re.sub(r"`[^`]+`", " ", phrase)
+        # a word beside the name qualifies the step ("`deploy` on Fridays", "twice")
+        return str(named[0]) if not [w for w in _words(rest) if w not in _FILLER] else None
+    if quoted:
+        return None  # a quoted name Σ lacks, or two of them
     content = [w for w in _words(phrase.replace("`", " ")) if w not in _FILLER]
     if not content:
         return None
@@ -144,9 +172,12 @@ def _count(word: str) -> int | None:
 
 
 def _act(name: str) -> str:
-    """An action as the language writes it: bare when it is a plain name, else quoted."""
-    return f"action = {name}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name) else \
-        f"action = \"{name}\""
+    """An action as the language writes it: bare when it is a plain name and no word of the
+    language, else quoted with ``\\`` and ``"`` escaped."""
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name) and name.lower() not in _KEYWORDS:
+        return f"action = {name}"
+    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
+    return f'action = "{escaped}"'
 
 
 def _at_most(action: str, n: int) -> str:
@@ -156,6 +187,8 @@ def _at_most(action: str, n: int) -> str:
     return f"always(not ({inner}))"
 
 
+#: Longest sentence the phrasing rules read.
+MAX_RULE_CHARS = 400
 _END = r"\s*[.!;]?\s*$"
 _MODAL = r"(?:must|should|shall|has to|have to|needs? to)"
 _HAPPEN = r"(?:happen|be done|be run|run|occur|come|take place|be called|be performed|" \
@@ -199,6 +232,8 @@ def _absent(m: re.Match[str], sig: Signature) -> Draft | None:
 def _most(m: re.Match[str], sig: Signature) -> Draft | None:
     groups = m.groupdict()
     phrase = f"{groups['verb']} {m['x']}" if groups.get("verb") else m["x"]
+    if groups.get("bv") and groups["bv"].lower() not in _NEUTRAL_VERBS:
+        phrase = f"{phrase} {groups['bv']}"  # "may be retried at most twice": retries
     if groups.get("obj"):  # "do not stop more than 3 instances": one call per instance
         phrase = f"{phrase} {groups['obj']}"
     action, n = resolve_action(phrase, sig), _count(m["n"])
@@ -264,7 +299,7 @@ PHRASINGS: tuple[tuple[re.Pattern[str], Builder], ...] = tuple(
         # at most N times
         (rf"^(?:do not|don't|never|you must not)\s+(?P<x>.+?)\s+more\s+than\s+(?P<n>\w+)"
          rf"(?:\s+times?|\s+(?P<obj>[a-z]+))?(?:\s+(?:per|in a|in one)\s+run)?{_END}", _most),
-        (rf"^(?P<x>.+?)\s+(?:{_MODAL}\s+|may\s+|can\s+)?(?:only\s+)?(?:be\s+\w+\s+)?"
+        (rf"^(?P<x>.+?)\s+(?:{_MODAL}\s+|may\s+|can\s+)?(?:only\s+)?(?:be\s+(?P<bv>\w+)\s+)?"
          rf"(?:at most|no more than|not more than)\s+(?P<n>\w+)\s+times?"
          rf"(?:\s+(?:per|in a|in one)\s+run)?{_END}", _most),
         (rf"^(?P<verb>\w+)\s+(?:at most|no more than|not more than)\s+(?P<n>\w+)\s+(?P<x>.+?)"
@@ -281,6 +316,10 @@ PHRASINGS: tuple[tuple[re.Pattern[str], Builder], ...] = tuple(
 def draft_by_rules(sentence: str, signature: Signature) -> Draft | None:
     """The statement (or approval rule) ``sentence`` compiles to by a known phrasing, or None
     for a model to try (no phrasing fits, a step names no single action, or a condition)."""
+    if len(sentence) > MAX_RULE_CHARS:
+        return None  # no common phrasing is this long; the patterns stay linear in practice
+    if _PERMITS.search(sentence) and not _RESTRICTS.search(sentence):
+        return None  # a permission ("you may deploy before testing") requires nothing
     if _QUALIFIERS.search(sentence.replace("`", " ")):
         confirming = re.search(r"(?i)without\s+(?:explicit\s+)?(?:user\s+)?(?:confirmation|"
                                r"approval)", sentence)

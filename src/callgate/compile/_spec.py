@@ -19,6 +19,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from callgate._text import lines_of
+
 __all__ = ["MAX_SPEC_BYTES", "Requirement", "Spec", "read_spec"]
 
 #: Specifications larger than this are refused (a skill's document is a few pages).
@@ -26,7 +28,7 @@ MAX_SPEC_BYTES = 512 * 1024
 #: Requirements read from one specification, at most.
 MAX_REQUIREMENTS = 200
 
-_FENCE = re.compile(r"^\s*(```|~~~)")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 _TABLE = re.compile(r"^\s*\|")
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
@@ -100,20 +102,26 @@ class Spec:
 
 
 def read_spec(text: str, source: str = "<spec>") -> Spec:
-    """The requirement sentences of ``text`` (a ``SKILL.md``, a README or plain text)."""
+    """The requirement sentences of ``text`` (a ``SKILL.md``, a README or plain text).
+
+    Raises ``ValueError`` for a specification over ``MAX_SPEC_BYTES`` or with more than
+    ``MAX_REQUIREMENTS`` requirements: none is left out unsaid."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
         raise ValueError(f"{source}: a specification is at most {MAX_SPEC_BYTES} bytes")
-    lines = text.splitlines()
+    lines = lines_of(text)
     name, start = _front_matter(lines)
     sentences: list[Requirement] = []
     for line_no, paragraph, ruled in _paragraphs(lines, start):
         for sentence in _BREAK.split(paragraph):
             cleaned = _clean(sentence)
-            if cleaned and (ruled or _OBLIGATION.search(cleaned) or _imperative(cleaned)) \
-                    and len(cleaned) <= 1000:
+            if cleaned and (ruled or _OBLIGATION.search(cleaned) or _imperative(cleaned)):
                 sentences.append(Requirement(cleaned, line_no))
+    if len(sentences) > MAX_REQUIREMENTS:
+        raise ValueError(f"{source}: {len(sentences)} requirement sentences, more than the "
+                         f"{MAX_REQUIREMENTS} one specification may hold (the one at line "
+                         f"{sentences[MAX_REQUIREMENTS].line} is the first over): split it")
     return Spec(source, name or source, hashlib.sha256(text.encode(
-        "utf-8", "surrogatepass")).hexdigest(), tuple(sentences[:MAX_REQUIREMENTS]))
+        "utf-8", "surrogatepass")).hexdigest(), tuple(sentences))
 
 
 def _front_matter(lines: list[str]) -> tuple[str, int]:
@@ -137,6 +145,7 @@ def _paragraphs(lines: list[str], start: int) -> list[tuple[int, str, bool]]:
     current: list[str] = []
     first = 0
     fenced = False
+    opened = ""  # the fence that opened the code block
     ruled = False  # the last heading announces rules
     is_item = False
 
@@ -147,9 +156,11 @@ def _paragraphs(lines: list[str], start: int) -> list[tuple[int, str, bool]]:
 
     for index in range(start, len(lines)):
         raw = lines[index]
-        if _FENCE.match(raw):
+        fence = _FENCE.match(raw)
+        if fence and (not fenced or _closes(fence[1], raw, opened)):
             flush()
             fenced = not fenced
+            opened = fence[1]
             continue
         if not fenced and _HEADING.match(raw):
             flush()
@@ -168,6 +179,13 @@ def _paragraphs(lines: list[str], start: int) -> list[tuple[int, str, bool]]:
         current.append(raw.strip())
     flush()
     return out
+
+
+def _closes(fence: str, line: str, opened: str) -> bool:
+    """Whether a fence line closes the block ``opened`` began: the same character, at least
+    as many of them, and nothing after (CommonMark's rule)."""
+    return fence[0] == opened[0] and len(fence) >= len(opened) and \
+        not line.strip().lstrip(fence[0])
 
 
 def _clean(sentence: str) -> str:
