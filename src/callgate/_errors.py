@@ -88,6 +88,11 @@ class ExecutorError(CallgateError):
     """An executor failed for a reason other than a policy decision."""
 
 
+class CompileError(CallgateError):
+    """A specification could not be compiled into a policy (its requirements are not lost:
+    the error says which and why)."""
+
+
 class Denied(CallgateError):  # noqa: N818 - reads as "callgate.Denied", a verdict
     """A mediated call was denied; ``decision`` says why.
 

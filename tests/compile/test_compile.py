@@ -442,3 +442,11 @@ def test_an_instruction_is_a_requirement_and_a_statement_of_fact_is_not(
         sentence: str, required: bool) -> None:
     found = [r.text for r in read_spec(f"# Skill\n\n{sentence}\n").requirements]
     assert found == ([sentence] if required else [])
+
+
+def test_a_fence_closes_only_on_its_own_kind_and_a_long_sentence_is_kept() -> None:
+    long = "Never delete the customer archive, " + "which holds records, " * 60 + "ever."
+    spec = read_spec("```text\n~~~\nnot a rule: never\n```\n\n- Never call `a`.\n"
+                     f"- Never call `b`.\n- {long}\n")
+    assert [r.text for r in spec.requirements] == ["Never call `a`.", "Never call `b`.", long]
+

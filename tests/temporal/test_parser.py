@@ -159,3 +159,11 @@ def test_deep_nesting_is_an_error_not_a_crash() -> None:
     for engine in ("incremental", "smt"):
         found = behavior.check_trace(trace, engine=engine)  # type: ignore[arg-type]
         assert [v.events for v in found] == [(2,)]
+
+
+def test_a_quoted_name_may_be_a_word_of_the_language() -> None:
+    statement = parse_statement('abs(action in {"in", "and"})')
+    behavior = compile_behavior([BehaviorStatement(id="s", rule=statement.text)])
+    assert behavior.check_trace([Event(action="in")])
+    assert not behavior.check_trace([Event(action="inn")])
+    assert "a name" in str(_error("abs(action = in)"))

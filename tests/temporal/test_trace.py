@@ -82,3 +82,19 @@ def test_non_string_outputs_are_kept_as_json_text(tmp_path: Path) -> None:
 def test_a_missing_file_is_a_trace_error(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="cannot read trace"):
         load_trace(tmp_path / "absent.jsonl")
+
+
+def test_a_byte_that_is_not_utf8_is_named_by_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(b'{"action": "a"}\n{"action": "b\xff"}\n')
+    with pytest.raises(TraceError) as caught:
+        load_trace(path)
+    (problem,) = caught.value.problems
+    assert (problem.line, problem.column, problem.message) == (2, 14, "not valid UTF-8")
+
+
+def test_a_line_separator_inside_a_json_string_does_not_cut_the_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, json.dumps({"action": "a", "output": "x\u2028y\u0085z"},
+                                       ensure_ascii=False), json.dumps({"action": "b"}))
+    first, second = load_trace(path)
+    assert (first.output, second.line) == ("x\u2028y\u0085z", 2)

@@ -57,10 +57,7 @@ def compile_command(spec: str, trace: str | None, tools: str | None, out: str | 
     if (trace is None) == (tools is None):
         fail("give the vocabulary: --trace SAMPLE.jsonl or --tools TOOLS.json")
     model = None if offline else (model or os.environ.get("CALLGATE_COMPILE_MODEL") or None)
-    try:
-        text = Path(spec).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        fail(f"error: cannot read {spec}: {exc}")
+    text = _read_spec(spec)
     try:
         signature = signature_of_trace(trace) if trace else signature_of_tools(tools or "")
         provider = provider_from(model, base_url=base_url) if model else None
@@ -88,3 +85,22 @@ def compile_command(spec: str, trace: str | None, tools: str | None, out: str | 
             fail(f"error: cannot write {out}: {exc.strerror or exc}")
     click.echo(compiled.summary() + (f"\nwrote {out}" if out else ""), err=True)
     sys.exit(1 if compiled.unsupported else 0)
+
+
+def _read_spec(spec: str) -> str:
+    """The specification's text; a clear error (exit 2) when it cannot be read, is too large
+    or is not UTF-8 (naming the line and column)."""
+    from callgate._text import NotUtf8Error, decode_utf8
+    from callgate.compile import MAX_SPEC_BYTES
+
+    try:
+        with open(spec, "rb") as handle:
+            data = handle.read(MAX_SPEC_BYTES + 1)
+    except OSError as exc:
+        fail(f"error: cannot read {spec}: {exc.strerror or exc}")
+    if len(data) > MAX_SPEC_BYTES:
+        fail(f"error: {spec}: a specification is at most {MAX_SPEC_BYTES} bytes")
+    try:
+        return decode_utf8(data)
+    except NotUtf8Error as exc:
+        fail(f"error: {spec}:{exc.line}:{exc.column}: not valid UTF-8")

@@ -2,8 +2,9 @@
 
 ``compile_spec`` reads a specification's requirement sentences, compiles the common phrasings
 with deterministic rules, gives the rest to a model when one is configured (``provider_from``),
-and keeps a statement only when it parses and names nothing outside the run's signature Σ
-(``signature_of_trace``, ``signature_of_tools``). See ``docs/compile.md``.
+and keeps a statement only when it parses, names nothing outside the run's signature Σ
+(``signature_of_trace``, ``signature_of_tools``) and can matter over it (some run breaks it,
+some run it allows). See ``docs/compile.md``.
 
 Names are loaded on first use.
 """
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
         signature_of_tools,
         signature_of_trace,
     )
-    from callgate.compile._spec import Requirement, Spec, read_spec
+    from callgate.compile._spec import MAX_SPEC_BYTES, Requirement, Spec, read_spec
 
 _HOME = {
     "ResponseCache": "_cache", "default_cache_dir": "_cache", "ApprovalRule": "_compile",
@@ -38,13 +39,13 @@ _HOME = {
     "provider_from": "_providers", "Signature": "_signature",
     "signature_of_events": "_signature", "signature_of_tools": "_signature",
     "signature_of_trace": "_signature", "Requirement": "_spec", "Spec": "_spec",
-    "read_spec": "_spec",
+    "read_spec": "_spec", "MAX_SPEC_BYTES": "_spec",
 }
 
-__all__ = ["ApprovalRule", "Compilation", "CompiledStatement", "Provider", "ProviderError",
-           "Requirement", "ResponseCache", "Signature", "Spec", "Unsupported", "compile_spec",
-           "default_cache_dir", "provider_from", "read_spec", "signature_of_events",
-           "signature_of_tools", "signature_of_trace"]
+__all__ = ["MAX_SPEC_BYTES", "ApprovalRule", "Compilation", "CompiledStatement", "Provider",
+           "ProviderError", "Requirement", "ResponseCache", "Signature", "Spec", "Unsupported",
+           "compile_spec", "default_cache_dir", "provider_from", "read_spec",
+           "signature_of_events", "signature_of_tools", "signature_of_trace"]
 
 
 __getattr__ = _lazy(__name__, _HOME, globals())

@@ -87,23 +87,25 @@ def compile_spec(text: str, signature: Signature, *, provider: Provider | None =
     statements: list[CompiledStatement] = []
     approvals: list[ApprovalRule] = []
     left: list[Requirement] = []
+    refused: dict[str, str] = {}  # why a phrasing rule's own statement was not kept
     for requirement in spec.requirements:
         draft = draft_by_rules(requirement.text, signature)
+        problems = ground(draft.rule, signature)[1] if draft and draft.rule else []
         if draft is None:
             left.append(requirement)
-        elif draft.rule is not None and not ground(draft.rule, signature)[1]:
+        elif draft.rule is not None and not problems:
             statements.append(CompiledStatement(ids.make(requirement.text), draft.rule,
                                                 requirement.text, requirement.line, "rule"))
         elif draft.approval_for is not None:
             approvals.append(ApprovalRule(ids.make(requirement.text), draft.approval_for,
                                           requirement.text, requirement.line))
-        else:  # pragma: no cover - a rule built from Σ's own names always grounds
+        else:  # the phrasing fit, yet its statement is refused: say so, let a model try
+            refused[requirement.text] = f"a phrasing rule gave {draft.rule}, refused: " + \
+                "; ".join(problems)
             left.append(requirement)
     unsupported: list[Unsupported] = []
     if provider is None:
-        unsupported = [Unsupported(r.text, r.line, "no phrasing rule fits it (a model may: "
-                                                   "give --model PROVIDER:MODEL)")
-                       for r in left]
+        unsupported = [Unsupported(r.text, r.line, refused.get(r.text, _NO_RULE)) for r in left]
     else:
         for drafted in draft_with_model(left, signature, provider, spec_sha256=spec.sha256,
                                         cache=cache):
@@ -117,6 +119,9 @@ def compile_spec(text: str, signature: Signature, *, provider: Provider | None =
     order = {r.text: i for i, r in enumerate(spec.requirements)}
     statements.sort(key=lambda s: (order.get(s.requirement, 0), s.id))
     return Compilation(spec, signature, tuple(statements), tuple(approvals), tuple(unsupported))
+
+
+_NO_RULE = "no phrasing rule fits it (a model may: give --model PROVIDER:MODEL)"
 
 
 class _Ids:

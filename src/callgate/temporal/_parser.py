@@ -361,7 +361,9 @@ class _Parser:
 
     def _name(self) -> str:
         token = self._next()
-        if token.kind not in ("ident", "string") or token.text in _RESERVED:
+        # a quoted name may be anything, a word of the language included (``action = "in"``)
+        if token.kind not in ("ident", "string") or (token.kind == "ident"
+                                                     and token.text in _RESERVED):
             self._fail("a name", token)
         return token.text
 
