@@ -13,7 +13,10 @@ each request with the next scripted reply. A reply is
   error statuses and malformed or truncated answers; a ``Content-Length`` in its headers is sent
   as given (larger than the body: a truncated answer), otherwise one is added unless
   ``length=False`` (then the body runs until the connection closes);
-* :class:`Delay` — wait ``seconds`` (cut short by ``close()``), then send ``then`` (if any).
+* :class:`Delay` — wait ``seconds`` (cut short by ``close()``), then send ``then`` (if any);
+* :class:`Trickle` — send the status line and headers of ``then`` a byte every ``seconds`` (each
+  byte well within a client's read timeout, the whole far past it), then its body; how far it
+  got before the client hung up is recorded (``wait_trickle``).
 
 With the script empty the server answers 500 ``no scripted reply``. Every request is recorded in
 ``requests`` (method, path, lower-cased headers, raw body, parsed JSON body or ``None``).
@@ -58,7 +61,15 @@ class Delay:
     then: Reply | None = None
 
 
-Reply = str | Raw | Delay | tuple[int, bytes, dict[str, str]]
+@dataclass(frozen=True)
+class Trickle:
+    """Send ``then``'s status line and headers a byte every ``seconds``, then its body."""
+
+    seconds: float
+    then: Raw
+
+
+Reply = str | Raw | Delay | Trickle | tuple[int, bytes, dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,9 @@ class ModelServer:
         self._closing = threading.Event()
         self.requests: list[Recorded] = []
         self.errors: list[BaseException] = []
+        #: (bytes of the head sent, bytes in the head) for each Trickle reply, once it ended
+        self.trickled: list[tuple[int, int]] = []
+        self._trickle_ended = threading.Semaphore(0)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self.port: int = self._httpd.server_address[1]
@@ -134,6 +148,14 @@ class ModelServer:
         """How many scripted replies have not been used."""
         with self._lock:
             return len(self._replies)
+
+    def wait_trickle(self, timeout: float = 30.0) -> tuple[int, int] | None:
+        """(head bytes sent, head bytes) of the next Trickle reply to end, or ``None`` when none
+        ends within ``timeout`` seconds."""
+        if not self._trickle_ended.acquire(timeout=timeout):
+            return None
+        with self._lock:
+            return self.trickled.pop(0)
 
     def close(self) -> None:
         """Stop serving and release the port; a pending ``Delay`` ends at once."""
@@ -217,9 +239,31 @@ def _handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 self._send(Raw(200, payload, {"Content-Type": "application/json"}))
             elif isinstance(reply, Raw):
                 self._send(reply)
+            elif isinstance(reply, Trickle):
+                self._trickle(reply)
             else:
                 status, raw_body, raw_headers = reply
                 self._send(Raw(status, raw_body, raw_headers))
+
+        def _trickle(self, reply: Trickle) -> None:
+            raw = reply.then
+            lines = [f"HTTP/1.1 {raw.status} Scripted", "Content-Type: application/json",
+                     f"Content-Length: {len(raw.body)}", "Connection: close",
+                     *(f"{name}: {value}" for name, value in raw.headers.items())]
+            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+            self.close_connection = True
+            sent = 0
+            try:
+                for byte in head:
+                    if server._closing.wait(reply.seconds):
+                        return
+                    self.wfile.write(bytes([byte]))
+                    sent += 1
+                self.wfile.write(raw.body)
+            finally:
+                with server._lock:
+                    server.trickled.append((sent, len(head)))
+                server._trickle_ended.release()
 
         def _send(self, reply: Raw) -> None:
             self.send_response(reply.status)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import logging
 import os
 import socket
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +26,7 @@ from callgate.compile._providers import (
     ProviderError,
     provider_from,
 )
-from tests.compile.model_server import Delay, ModelServer, Raw
+from tests.compile.model_server import Delay, ModelServer, Raw, Trickle, openai_answer
 
 KEY = "sk-test-DISTINCTIVE-9f3c1a7e5b"
 APIS = ["openai", "anthropic"]
@@ -274,11 +276,166 @@ def test_a_closed_port_is_a_connection_error(api: str) -> None:
     assert "cannot connect" in failure(provider)
 
 
+@pytest.mark.parametrize("api", APIS)
+def test_a_server_trickling_its_headers_is_cut_off_at_the_timeout(
+    api: str, server: ModelServer
+) -> None:
+    # each byte comes well within the read timeout, the head (over 3 s) far past it: the
+    # transport's timeout alone would wait for all of it (100 KB of headers: hours)
+    padding = {"X-Padding": "p" * 300}
+    server.script(Trickle(0.01, Raw(200, json.dumps(openai_answer("late")).encode(), padding)))
+    message = failure(make(api, server, timeout_s=0.3))
+    assert "timed out" in message
+    ended = server.wait_trickle()
+    assert ended is not None
+    sent, head = ended
+    assert sent < head  # the client hung up before the head was out
+
+
 def test_the_key_never_appears_in_a_providers_repr(server: ModelServer) -> None:
     for api in APIS:
         provider = make(api, server)
         assert KEY not in repr(provider)
         assert "key=set" in repr(provider)
+
+
+# -- the base URL: its credentials are never quoted, its query is kept -----------------------------
+
+USER_PASSWORD = "bob:hunter2pass"
+QUERY_KEY = "AZURE-KEY-0c8d1e"
+
+
+def with_credentials(url: str) -> str:
+    return url.replace("http://", f"http://{USER_PASSWORD}@") + f"?api-key={QUERY_KEY}"
+
+
+def free_of_url_secrets(text: str) -> None:
+    for secret in ("hunter2pass", USER_PASSWORD, QUERY_KEY, "bob:"):
+        assert secret not in text
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_base_urls_userinfo_and_query_never_appear_in_a_message(
+    api: str, server: ModelServer
+) -> None:
+    # the body echoes what the server saw: the URL's key and the Basic credentials
+    basic = base64.b64encode(USER_PASSWORD.encode()).decode()
+    echo = f"no deployment at /v1?api-key={QUERY_KEY} for {USER_PASSWORD} (Basic {basic})"
+    server.script(Raw(404, echo.encode()))
+    provider = make(api, server, base_url=with_credentials(server.url))
+    message = failure(provider)
+    free_of_url_secrets(message)
+    assert basic not in message
+    free_of_url_secrets(repr(provider))
+    assert "404" in message
+    assert f"http://[redacted]@127.0.0.1:{server.port}/" in message
+    assert "?[redacted]" in message
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_base_urls_credentials_are_not_quoted_when_it_cannot_be_reached(api: str) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    provider = provider_from(
+        f"{api}:m", base_url=with_credentials(f"http://127.0.0.1:{port}/v1"), api_key=KEY,
+        environ={},
+    )
+    message = failure(provider)
+    assert "cannot connect" in message
+    free_of_url_secrets(message)
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        "ftp://bob:hunter2pass@example.com/v1?api-key=AZURE-KEY-0c8d1e",
+        "bob:hunter2pass@example.com/v1?api-key=AZURE-KEY-0c8d1e",
+        "http://bob:hunter2pass@[::1/v1?api-key=AZURE-KEY-0c8d1e",
+        "http://bob:hunter2#pass@/v1",
+    ],
+)
+def test_a_base_url_refused_as_not_http_is_quoted_without_its_credentials(base: str) -> None:
+    with pytest.raises(ProviderError, match="not an http") as caught:
+        provider_from("openai:m", base_url=base, environ={})
+    free_of_url_secrets(str(caught.value))
+    assert "hunter2" not in str(caught.value)
+
+
+def test_a_base_url_query_is_kept_after_the_endpoint_path(server: ModelServer) -> None:
+    server.script(
+        Raw(200, json.dumps(openai_answer("azure")).encode()),
+        Raw(200, json.dumps({"content": [{"type": "text", "text": "claude"}]}).encode()),
+    )
+    azure = provider_from(
+        "openai:m", base_url=server.openai_url + "/?api-version=2024-06-01", environ={}
+    )
+    anthropic = make("anthropic", server, base_url=server.url + "?beta=1")
+    assert azure.complete("s", "u") == "azure"
+    assert anthropic.complete("s", "u") == "claude"
+    assert [r.path for r in server.requests] == [
+        "/v1/chat/completions?api-version=2024-06-01",
+        "/v1/messages?beta=1",
+    ]
+
+
+def test_the_service_is_the_base_url_without_userinfo_query_or_trailing_slash() -> None:
+    provider = provider_from(
+        "openai:m", base_url="HTTP://bob:hunter2pass@LocalHost:8000/v1/?api-key=x#frag", environ={}
+    )
+    assert provider.service == "http://localhost:8000/v1"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_key_cut_short_in_a_non_json_answer_is_redacted_not_quoted_in_part(
+    api: str, server: ModelServer
+) -> None:
+    # the quote is 80 characters: cutting before redacting left the key's first 10 in it
+    server.script(Raw(200, ("x" * 70 + KEY).encode(), {"Content-Type": "text/plain"}))
+    message = failure(make(api, server))
+    assert "not JSON" in message
+    assert KEY[:4] not in message
+    assert "x" * 70 + "[redacted]" in message
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_key_cut_at_the_end_of_the_read_error_body_is_redacted_not_quoted_in_part(
+    api: str, server: ModelServer
+) -> None:
+    # 1,200 bytes of an error body are read: here 296 four-byte characters and the key's first
+    # 16 bytes, of which the 300-character quote would show four
+    body = "😀" * 296 + KEY + " and more"
+    server.script(Raw(500, body.encode()))
+    message = failure(make(api, server))
+    assert KEY[:4] not in message
+    assert "\N{GRINNING FACE}[red'" in message
+
+
+def test_a_lone_surrogate_in_a_prompt_is_sent_as_json_escaped_ascii(server: ModelServer) -> None:
+    # a tool's description may hold one (JSON escapes it); UTF-8 cannot encode it
+    server.script("fine")
+    assert make("openai", server).complete("system \ud800", "user \udfff") == "fine"
+    sent = server.requests[0]
+    assert sent.body.isascii()
+    assert sent.json["messages"][0]["content"] == "system \ud800"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("SSL_CERT_FILE", "{tmp}/missing.pem"), ("HTTP_PROXY", "ftp://bob:hunter2pass@proxy")],
+)
+def test_a_client_that_cannot_be_set_up_from_the_environment_is_a_provider_error(
+    variable: str, value: str, server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE",
+                 "SSL_CERT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv(variable, value.format(tmp=tmp_path))
+    provider = provider_from("openai:m", base_url=server.url, api_key=KEY)
+    message = failure(provider)
+    assert "request failed" in message
+    assert "hunter2pass" not in message
 
 
 def test_provider_errors_are_callgate_errors() -> None:
@@ -411,6 +568,8 @@ FIELDS: dict[str, str | int] = {
     "spec_sha256": "a" * 64,
     "signature_sha256": "b" * 64,
     "model": "openai:gpt-test",
+    "service": "https://api.openai.com/v1",
+    "prompt_sha256": "d" * 64,
     "prompt_version": "1",
     "attempt": 0,
 }
@@ -422,6 +581,8 @@ def cache_key(**changes: str | int) -> str:
         spec_sha256=str(fields["spec_sha256"]),
         signature_sha256=str(fields["signature_sha256"]),
         model=str(fields["model"]),
+        service=str(fields["service"]),
+        prompt_sha256=str(fields["prompt_sha256"]),
         prompt_version=str(fields["prompt_version"]),
         attempt=int(fields["attempt"]),
     )
@@ -450,6 +611,8 @@ def test_cache_key_is_a_stable_sha256_hex() -> None:
         {"spec_sha256": "c" * 64},
         {"signature_sha256": "c" * 64},
         {"model": "anthropic:claude-test"},
+        {"service": "http://127.0.0.1:8000/v1"},
+        {"prompt_sha256": "e" * 64},
         {"prompt_version": "2"},
         {"attempt": 1},
     ],
@@ -530,3 +693,86 @@ def test_default_cache_dir_follows_xdg_cache_home_else_home(tmp_path: Path) -> N
     )
     assert default_cache_dir().is_absolute()
     assert os.path.basename(default_cache_dir()) == "compile"
+
+
+def test_a_fifo_at_an_entry_is_a_miss_and_never_blocks(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path)
+    key = cache_key()
+    fifo = tmp_path / f"{key}.json"
+    os.mkfifo(fifo)
+    entry = json.dumps({"v": 1, "key": key, "text": "from the fifo"}).encode()
+    stop = threading.Event()
+
+    def writer() -> None:
+        # a plain open() of the FIFO blocks until a writer comes: this one comes and writes an
+        # entry, so that reading it (and not hanging) is what the old code did
+        while not stop.is_set():
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # no reader yet
+                stop.wait(0.01)
+                continue
+            try:
+                os.write(fd, entry)
+            except OSError:  # the reader has gone
+                pass
+            finally:
+                os.close(fd)
+            return
+
+    helper = threading.Thread(target=writer, daemon=True)
+    helper.start()
+    try:
+        assert cache.get(key) is None
+    finally:
+        stop.set()
+        helper.join(timeout=30)
+
+
+def test_a_symlink_at_an_entry_is_a_miss(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path / "cache")
+    elsewhere = ResponseCache(tmp_path / "elsewhere")
+    key = cache_key()
+    elsewhere.put(key, "planted")
+    cache.put(cache_key(attempt=5), "makes the directory")
+    (tmp_path / "cache" / f"{key}.json").symlink_to(tmp_path / "elsewhere" / f"{key}.json")
+    assert cache.get(key) is None
+
+
+def test_a_write_replaces_a_symlink_at_an_entry_rather_than_writing_through_it(
+    tmp_path: Path,
+) -> None:
+    cache = ResponseCache(tmp_path / "cache")
+    key = cache_key()
+    cache.put(cache_key(attempt=5), "makes the directory")
+    target = tmp_path / "target.txt"
+    target.write_text("not the cache's")
+    link = tmp_path / "cache" / f"{key}.json"
+    link.symlink_to(target)
+    cache.put(key, "cached")
+    assert target.read_text() == "not the cache's"
+    assert not link.is_symlink()
+    assert cache.get(key) == "cached"
+    assert not [p for p in (tmp_path / "cache").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_text_with_a_lone_surrogate_is_cached(tmp_path: Path) -> None:
+    # a model service's JSON may escape one; UTF-8 cannot encode it
+    cache = ResponseCache(tmp_path)
+    cache.put(cache_key(), "before \ud800 after")
+    assert cache.get(cache_key()) == "before \ud800 after"
+    [entry] = list(tmp_path.iterdir())
+    assert entry.read_bytes().isascii()
+
+
+def test_an_entry_over_the_size_limit_is_a_miss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from callgate.compile import _cache
+
+    cache = ResponseCache(tmp_path)
+    cache.put(cache_key(), "x" * 1000)
+    monkeypatch.setattr(_cache, "_MAX_ENTRY_BYTES", 500)
+    assert cache.get(cache_key()) is None
+    cache.put(cache_key(attempt=1), "y" * 1000)  # too large to be read back: not written
+    assert len(list(tmp_path.iterdir())) == 1

@@ -1,11 +1,14 @@
 """Model responses cached on disk, so that compiling twice costs nothing and is reproducible.
 
 An entry is one file, named by its key (a SHA-256 of the specification, the signature, the model,
-the prompt version and the attempt number), holding ``{"v": 1, "key": KEY, "text": TEXT}``.
-Entries are written atomically (a temporary file, then ``os.replace``) with mode 0600 in a
-directory of mode 0700. The cache never fails a compile: an entry that cannot be read, is not
-JSON or names another key is a miss, and a directory that cannot be written costs only the
-caching (a warning on the ``callgate.compile`` logger).
+the service's base URL, the exact prompt, the prompt version and the attempt number), holding
+``{"v": 1, "key": KEY, "text": TEXT}`` in ASCII. Entries are written atomically (a temporary file
+in the same directory, then ``os.replace``, which replaces a symlink rather than following it)
+with mode 0600 in a directory of mode 0700, and read without following a symlink: anything at an
+entry's name that is not a regular file (a FIFO would block a plain ``open``) is a miss. The
+cache never fails a compile: an entry that cannot be read, is too large, is not JSON or names
+another key is a miss, and a directory that cannot be written costs only the caching (a warning
+on the ``callgate.compile`` logger).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import logging
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +30,13 @@ _FORMAT_VERSION = 1
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 #: An entry larger than this is not read (a model answer is far smaller; see the providers).
 _MAX_ENTRY_BYTES = 8 * 1024 * 1024
+#: An entry is opened without following a symlink and without blocking (on a FIFO, say).
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
 
 
 def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -58,14 +69,23 @@ class ResponseCache:
         spec_sha256: str,
         signature_sha256: str,
         model: str,
+        service: str,
+        prompt_sha256: str,
         prompt_version: str,
         attempt: int,
     ) -> str:
-        """The SHA-256 hex of the fields as canonical JSON (sorted keys, no spaces)."""
+        """The SHA-256 hex of the fields as canonical JSON (sorted keys, no spaces).
+
+        ``service`` is where the model is served (the provider's base URL, without userinfo or
+        query: the key file never holds a secret); ``prompt_sha256`` is the hash of the exact
+        prompt sent (system and user message), so that anything the prompt carries changes it.
+        """
         fields = {
             "attempt": attempt,
             "model": model,
+            "prompt_sha256": prompt_sha256,
             "prompt_version": prompt_version,
+            "service": service,
             "signature_sha256": signature_sha256,
             "spec_sha256": spec_sha256,
             "v": _FORMAT_VERSION,
@@ -82,15 +102,15 @@ class ResponseCache:
         """The cached text for ``key``, or ``None`` when there is none or it cannot be read."""
         path = self._path(key)
         try:
-            with path.open("rb") as handle:
-                data = handle.read(_MAX_ENTRY_BYTES + 1)
+            data = _read_entry(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
             log.debug("compile cache: cannot read %s (%s); treated as a miss", path, exc)
             return None
-        if len(data) > _MAX_ENTRY_BYTES:
-            log.debug("compile cache: %s is too large; treated as a miss", path)
+        if data is None:
+            log.debug("compile cache: %s is not a regular file or is too large; treated as a "
+                      "miss", path)
             return None
         try:
             entry = json.loads(data)
@@ -111,9 +131,11 @@ class ResponseCache:
     def put(self, key: str, text: str) -> None:
         """Store ``text`` under ``key``; a failure to write is logged, never raised."""
         path = self._path(key)
-        payload = json.dumps(
-            {"v": _FORMAT_VERSION, "key": key, "text": text}, ensure_ascii=False
-        ).encode("utf-8")
+        # ASCII: a model's text may hold a lone surrogate, which UTF-8 cannot encode
+        payload = json.dumps({"v": _FORMAT_VERSION, "key": key, "text": text}).encode("ascii")
+        if len(payload) > _MAX_ENTRY_BYTES:
+            log.debug("compile cache: the response for %s is too large to cache", key)
+            return
         temp: str | None = None
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -139,3 +161,24 @@ class ResponseCache:
         else:
             self._warned = True
             log.warning("compile cache: %s", message)
+
+
+def _read_entry(path: Path) -> bytes | None:
+    """The bytes of the regular file at ``path`` (never a symlink's target, never blocking), or
+    ``None`` when it is something else or larger than :data:`_MAX_ENTRY_BYTES`."""
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > _MAX_ENTRY_BYTES:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while size <= _MAX_ENTRY_BYTES:
+            chunk = os.read(fd, _MAX_ENTRY_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return None if size > _MAX_ENTRY_BYTES else b"".join(chunks)
+    finally:
+        os.close(fd)

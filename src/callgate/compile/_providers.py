@@ -11,7 +11,10 @@ Every request asks for temperature 0. Every failure — refused connection, time
 status, a body that is not JSON or lacks the expected fields, a body over
 :data:`MAX_RESPONSE_BYTES` — is a :class:`ProviderError` naming the provider, the model and what
 went wrong. The API key never appears in a message, an exception (the transport's exception is
-not chained, since its request carries the key) or a ``repr``.
+not chained, since its request carries the key) or a ``repr``; nor do the base URL's userinfo and
+query string (``http://user:pass@host/v1?api-key=…``), which a message shows as ``[redacted]``.
+A base URL's query is kept for the requests (``?api-version=…``): the endpoint's path is joined
+before it.
 
 Configuration comes from the ``environ`` mapping given to :func:`provider_from` (``os.environ``,
 read at call time, when none is given). When a mapping is given it is the whole configuration:
@@ -20,12 +23,20 @@ the process environment is not consulted for proxies or certificate settings eit
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import json
 import math
 import os
+import re
+import socket
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import SplitResult, unquote, unquote_plus, urlsplit, urlunsplit
 
 from callgate._errors import CallgateError
 from callgate._jsonlimits import loads_bounded
@@ -46,6 +57,10 @@ ANTHROPIC_VERSION = "2023-06-01"
 _OPENAI_DEFAULT_BASE = "https://api.openai.com/v1"
 _ANTHROPIC_DEFAULT_BASE = "https://api.anthropic.com"
 _REDACTED = "[redacted]"
+#: A secret's beginning left at the end of a text cut short is redacted from this length on.
+_MIN_CUT_SECRET = 4
+#: ``scheme://userinfo@`` in any text a message quotes (a proxy's or a redirect's URL, say).
+_USERINFO = re.compile(r"://[^/\s@]*@")
 
 
 class ProviderError(CallgateError):
@@ -53,7 +68,11 @@ class ProviderError(CallgateError):
 
 
 class Provider(Protocol):
-    """A model service: ``complete`` returns the model's text for one exchange."""
+    """A model service: ``complete`` returns the model's text for one exchange.
+
+    The providers here also have ``service``, where the model is served (the base URL without
+    userinfo, query or fragment); when a provider has it, it is part of the response cache key.
+    """
 
     #: ``PROVIDER:MODEL``, e.g. ``openai:gpt-4o-mini``; part of the response cache key.
     model: str
@@ -83,7 +102,8 @@ def provider_from(
 
     ``timeout_s`` bounds connecting and each read, and the whole exchange. Empty environment
     values count as unset. Raises :class:`ProviderError` for an unknown provider, a spec
-    without ``:``, an empty model, a base URL that is not ``http(s)``, or a bad key.
+    without ``:``, an empty model, a base URL that is not ``http(s)`` with a host (and a numeric
+    port, if any), or a bad key.
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
     name, sep, model = spec.partition(":")
@@ -139,33 +159,52 @@ class _HttpProvider:
         self.model = f"{self.provider}:{model}"
         self.timeout_s = timeout_s
         self._trust_env = trust_env
-        base = base_url.rstrip("/")
-        scheme = base.partition("://")[0].lower()
-        if scheme not in {"http", "https"} or not base.partition("://")[2]:
-            raise ProviderError(f"{self.model}: base URL {base_url!r} is not an http(s) URL")
-        self.base_url = base
-        self.url = base + self.path
+        parts = _split_http(base_url)
+        if parts is None:
+            raise ProviderError(
+                f"{self.model}: base URL {_shown_url(base_url)!r} is not an http(s) URL"
+            )
+        path = parts.path.rstrip("/")
+        self.base_url = urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+        #: The endpoint: the base URL's path, then the protocol's, then the base URL's query.
+        self.url = urlunsplit((parts.scheme, parts.netloc, path + self.path, parts.query, ""))
+        #: Where the model is served, normalised, without userinfo, query or fragment (the cache
+        #: key holds it, so two services never share an answer).
+        self.service = f"{parts.scheme}://{parts.netloc.rpartition('@')[2].lower()}{path}"
+        self._shown_url = _shown_url(self.url)
         if api_key is not None and not _header_safe(api_key):
             # the key itself is never quoted, not even in part
             raise ProviderError(
                 f"{self.model}: the API key has characters an HTTP header cannot carry"
             )
         self.__key = api_key
+        self.__secrets = _secrets(api_key, parts)
 
     def __repr__(self) -> str:
         key = "set" if self.__key else "unset"
-        return f"<{type(self).__name__} {self.model} at {self.url} key={key}>"
+        return f"<{type(self).__name__} {self.model} at {self._shown_url} key={key}>"
 
     @property
     def _key(self) -> str | None:
         return self.__key
 
     def _fail(self, what: str) -> ProviderError:
-        return ProviderError(f"{self.model} at {self.url}: {self._redact(what)}")
+        return ProviderError(f"{self.model} at {self._shown_url}: {self._redact(what)}")
 
-    def _redact(self, text: str) -> str:
-        key = self.__key
-        return text.replace(key, _REDACTED) if key else text
+    def _redact(self, text: str, *, cut: bool = False) -> str:
+        """``text`` without the key, the base URL's userinfo and query values, or any URL's
+        userinfo; ``cut``: the text may have been cut off inside a secret, so a secret's
+        beginning at its end goes too."""
+        for secret in self.__secrets:
+            text = text.replace(secret, _REDACTED)
+        if cut:
+            text = _without_cut_secret(text, self.__secrets)
+        return _USERINFO.sub(f"://{_REDACTED}@", text)
+
+    def _quote(self, data: bytes, chars: int) -> str:
+        """The beginning of a body, redacted before it is shortened to ``chars`` characters."""
+        head = data[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
+        return self._redact(head, cut=True)[:chars]
 
     # -- the exchange ------------------------------------------------------------------------
 
@@ -185,41 +224,44 @@ class _HttpProvider:
             **headers,
         }
         deadline = time.monotonic() + self.timeout_s
+        cutoff = _Cutoff(self.timeout_s)
         try:
             with (
+                cutoff,
                 httpx.Client(
                     timeout=httpx.Timeout(self.timeout_s),
                     trust_env=self._trust_env,
                     follow_redirects=False,
                 ) as client,
-                client.stream("POST", self.url, headers=headers, json=body) as response,
+                client.stream(
+                    "POST",
+                    self.url,
+                    headers=headers,
+                    # ASCII JSON: a prompt holding a lone surrogate (from a tool's description,
+                    # say) cannot be encoded as UTF-8, as httpx's own ``json=`` would
+                    content=json.dumps(body).encode("ascii"),
+                    extensions={"trace": cutoff.trace},
+                ) as response,
             ):
                 status = response.status_code
                 ok = 200 <= status < 300
                 data = self._read(response, deadline, ok=ok)
         except ProviderError:
             raise
-        except httpx.ConnectTimeout:
-            raise self._fail(f"timed out connecting after {self.timeout_s:g}s") from None
-        except httpx.TimeoutException:
-            raise self._fail(f"no answer within {self.timeout_s:g}s (timed out)") from None
-        except httpx.ConnectError as exc:
-            raise self._fail(f"cannot connect ({_describe(exc)})") from None
-        except httpx.RemoteProtocolError as exc:
-            raise self._fail(
-                f"the connection broke off mid-answer (truncated body: {_describe(exc)})"
-            ) from None
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise self._fail(f"request failed ({_describe(exc)})") from None
+        except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
+            # OSError, ValueError: the client's own set-up (a missing SSL_CERT_FILE, a proxy URL
+            # of no known scheme); the transport's exception is not chained (it holds the key)
+            raise self._fail(_transport_problem(exc, self.timeout_s, cutoff.expired)) from None
+        if cutoff.expired:
+            # the connection was shut at the deadline, perhaps ending a body that runs to the close
+            raise self._fail(f"no complete answer within {self.timeout_s:g}s (timed out)")
         if not ok:
-            quoted = self._redact(data.decode("utf-8", "replace"))[:_QUOTED_BODY_CHARS]
-            raise self._fail(f"HTTP status {status}: {quoted!r}")
+            raise self._fail(f"HTTP status {status}: {self._quote(data, _QUOTED_BODY_CHARS)!r}")
         try:
             return loads_bounded(data)
         except (ValueError, UnicodeDecodeError) as exc:
-            head = self._redact(data[:80].decode("utf-8", "replace"))
             raise self._fail(
-                f"the answer is not JSON ({_describe(exc)}; it begins {head!r})"
+                f"the answer is not JSON ({_describe(exc)}; it begins {self._quote(data, 80)!r})"
             ) from None
 
     def _read(self, response: httpx.Response, deadline: float, *, ok: bool) -> bytes:
@@ -235,7 +277,7 @@ class _HttpProvider:
                 if len(body) >= _ERROR_BODY_BYTES or time.monotonic() > deadline:
                     break
             return bytes(body[:_ERROR_BODY_BYTES])
-        if declared is not None and declared.strip().isdigit():
+        if declared is not None and declared.strip().isascii() and declared.strip().isdigit():
             length = int(declared)
             encoded = response.headers.get("content-encoding", "identity").strip().lower()
             if length > MAX_RESPONSE_BYTES and encoded in {"", "identity"}:
@@ -278,6 +320,137 @@ def _decoded(response: httpx.Response, fail: Callable[[str], ProviderError]) -> 
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _transport_problem(exc: Exception, timeout_s: float, expired: bool) -> str:
+    """What a failed exchange is reported as (``expired``: the deadline shut the connection)."""
+    import httpx
+
+    if expired:
+        return f"no complete answer within {timeout_s:g}s (timed out)"
+    if isinstance(exc, httpx.ConnectTimeout):
+        return f"timed out connecting after {timeout_s:g}s"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer within {timeout_s:g}s (timed out)"
+    if isinstance(exc, httpx.ConnectError):
+        return f"cannot connect ({_describe(exc)})"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return f"the connection broke off mid-answer (truncated body: {_describe(exc)})"
+    return f"request failed ({_describe(exc)})"
+
+
+class _Cutoff:
+    """Shuts the exchange's connection down once ``seconds`` have passed since it began.
+
+    The transport's timeout bounds each read, not the exchange: a server sending its status line
+    and headers a byte at a time, each byte within the timeout, would hold a request open for
+    hours. The socket comes from the transport's ``trace`` extension as it connects; a shutdown
+    from the timer's thread wakes a read blocked on it, and ``expired`` tells why it ended.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Cutoff:
+        self._timer.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._timer.cancel()
+
+    def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        """The ``trace`` extension's callback: keeps each socket the exchange connects."""
+        if not event.endswith(("connect_tcp.complete", "start_tls.complete")):
+            return
+        extra = getattr(info.get("return_value"), "get_extra_info", None)
+        sock = extra("socket") if callable(extra) else None
+        if not isinstance(sock, socket.socket):
+            return
+        with self._lock:
+            self._sockets.append(sock)
+            expired = self.expired
+        if expired:
+            _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    # the plain socket's shutdown, also under TLS: it wakes the reader without touching the
+    # TLS state another thread is using; a socket already closed is left alone
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _split_http(url: str) -> SplitResult | None:
+    """``url`` split, when it is an ``http(s)`` URL with a host and a numeric port, if any;
+    else ``None`` (``http://user:pa#ss@host`` is host ``user``, port ``pa``: refused)."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+    except ValueError:  # an unclosed IPv6 bracket, a port that is not a number
+        return None
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        return None
+    return parts
+
+
+def _shown_url(url: str) -> str:
+    """``url`` as a message shows it: any userinfo and anything from a ``?`` or ``#`` on are
+    ``[redacted]``. Plain string work, so that a URL too malformed to parse is redacted too,
+    and generous: everything before the last ``@`` counts as userinfo."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" in rest:
+        rest = f"{_REDACTED}@{rest.rpartition('@')[2]}"
+    ends = [at for at in (rest.find("?"), rest.find("#")) if at >= 0]
+    if ends:
+        rest = rest[: min(ends) + 1] + _REDACTED
+    return scheme + sep + rest
+
+
+def _secrets(api_key: str | None, parts: SplitResult) -> tuple[str, ...]:
+    """What a message must never quote: the key, the base URL's userinfo, password (or a lone
+    user name, which some services take as the key), query and query values, each as written,
+    percent-decoded and JSON-escaped, and the Basic credentials httpx makes of the userinfo;
+    longest first, so that a longer one is redacted whole. Parts of the URL shorter than
+    :data:`_MIN_CUT_SECRET` are left out (``?v=1`` would otherwise redact every ``1``)."""
+    userinfo = parts.netloc.rpartition("@")[0]
+    user, _, password = userinfo.partition(":")
+    found = [userinfo, password or user, parts.query]
+    found += [pair.partition("=")[2] for pair in parts.query.split("&")]
+    found = [value for value in found if len(value) >= _MIN_CUT_SECRET]
+    found += [api_key] if api_key else []
+    found += [form(value) for value in found for form in (unquote, unquote_plus)]
+    found += [json.dumps(value)[1:-1] for value in found]
+    if userinfo:
+        basic = f"{unquote(user)}:{unquote(password)}".encode()
+        found.append(base64.b64encode(basic).decode("ascii"))
+    return tuple(sorted({value for value in found if value}, key=len, reverse=True))
+
+
+def _without_cut_secret(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with a secret's beginning at its very end (where the text was cut) redacted."""
+    for secret in secrets:
+        for size in range(len(secret) - 1, _MIN_CUT_SECRET - 1, -1):
+            if text.endswith(secret[:size]):
+                return text[:-size] + _REDACTED
+    return text
 
 
 def _header_safe(value: str) -> bool:
