@@ -268,6 +268,9 @@ def test_a_sample_trace_gives_the_signature_actions_arguments_and_values(
     assert "6" in sig.values["fps"]
     # a trace's values are all the values: a literal the run never showed grounds nothing
     assert ground("abs(action = sample_frames and fps = 30)", sig)[1]
+    # but a run may show others, so a comparison or a text pattern beyond them is kept
+    assert ground("abs(action = sample_frames and fps > 12)", sig)[1] == []
+    assert ground("abs(action = validate_output and target ~ \"/etc/*\")", sig)[1] == []
 
 
 def _answer(*statements: tuple[int, str], unsupported: tuple[int, ...] = ()) -> str:

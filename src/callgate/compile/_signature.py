@@ -39,6 +39,9 @@ class Signature:
     ``values`` holds each value as its JSON text (``"6"`` the string, ``6`` the number).
     ``closed_values`` holds the arguments whose every value is known (an ``enum``, or an
     argument of a sample trace): a literal compared with one of them must be among its values.
+    ``exhaustive`` holds those whose values are all there can be (a schema's ``enum`` or
+    ``const``): no event has another, so a pattern needing another matches nothing. A sample
+    trace's values are only those it showed: a run may show others (``fps > 1000`` may match).
     """
 
     actions: frozenset[str]
@@ -47,6 +50,7 @@ class Signature:
     closed_values: frozenset[str] = frozenset()
     descriptions: Mapping[str, str] = field(default_factory=dict)
     source: str = "<signature>"
+    exhaustive: frozenset[str] = frozenset()
 
     @property
     def arg_names(self) -> frozenset[str]:
@@ -132,7 +136,7 @@ def signature_of_tools(path: str | os.PathLike[str]) -> Signature:
     closed = frozenset(values) - open_args
     return Signature(frozenset(args), args, {k: frozenset(v) for k, v in values.items()},
                      closed, {t.name: t.description for t in tools if t.description},
-                     os.fspath(path))
+                     os.fspath(path), exhaustive=closed)
 
 
 def _text(value: Any) -> str:

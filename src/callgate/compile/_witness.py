@@ -8,7 +8,7 @@ non-empty run refuses all work. Both are refused, whoever drafted them.
 The judge is the language's own monitor (``BehaviorSet.check_trace``), run over small
 candidate runs. The candidate events are built from Σ and from the statement's literals: each
 action the statement names (and one it does not), each argument the statement reads that the
-action has, set to the values Σ knows for it (only those, when Σ knows all of them), the
+action has, set to the values Σ knows for it (only those, when a schema lists them all), the
 statement's literals (and a neighbour of each number, an example of each text pattern) or two
 fresh values that variables can share, and absent; each status; the taint and sources the
 statement names. Events alike for every pattern of the statement are kept once. The search
@@ -187,7 +187,7 @@ def _values(arg: str, literals: list[Any], signature: Signature, listed: bool) -
     """The values tried for an argument: Σ's own, only those when Σ knows them all."""
     base = links_of(arg) or arg
     known = [json.loads(v) for v in sorted(signature.values.get(base, ()))]
-    if base in signature.closed_values:
+    if base in signature.exhaustive:
         found = known
     else:
         texts: list[Any] = known + literals + list(_FRESH)
