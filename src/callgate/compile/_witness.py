@@ -1,36 +1,47 @@
 """Whether a statement can matter over the signature Σ: a run it breaks, a run it allows.
 
 Grounding names; this judges meaning. A drafted statement that no run over Σ can break
-enforces nothing (``always(P or not P)``, ``prec(P, P)``, a pattern whose atoms contradict
+enforces nothing (``always(P or not P)``, ``rslv(P, P)``, a pattern whose atoms contradict
 each other, a literal of the wrong type or outside an ``enum``), and one that breaks every
 non-empty run refuses all work. Both are refused, whoever drafted them.
 
 The judge is the language's own monitor (``BehaviorSet.check_trace``), run over small
-candidate runs. The candidate events are built from Σ and from the statement's literals: each
-action the statement names (and one it does not), each argument the statement reads that the
-action has, set to the values Σ knows for it (only those, when a schema lists them all), the
-statement's literals (and a neighbour of each number, an example of each text pattern) or two
-fresh values that variables can share, and absent; each status; the taint and sources the
-statement names. Events alike for every pattern of the statement are kept once. The search
-tries every run of up to three such events, then runs of one event repeated (counting
-statements need N + 1 alike events).
+candidate runs. The candidate events are built from Σ and from the statement's literals. For
+each pattern, events made to match it: for each action it allows, each field it reads set to a
+value meeting all its atoms on that field (only Σ's values, when a schema lists them all; else
+Σ's, the statement's literals with a neighbour of each number and an example of each text
+pattern, or a fresh value), then alternatives one field at a time, and the fields it leaves
+free set otherwise. The statement's variables take, together, the values of the arguments they
+are compared with or a fresh one, one choice at a time. Beside them, events over every
+combination of those values (sampled past a bound), which match some patterns and not others.
+The search tries every run of up to three events of one choice, then runs of one event
+repeated (counting statements need N + 1 alike events), within ``MAX_RUNS``.
+``tests/compile/test_witness.py`` holds it to random statements of every form and random runs:
+what it calls impossible, no run does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from callgate._model import Event
+from callgate._model import Event, Status
 from callgate.compile._signature import Signature
 from callgate.policy._schema import BehaviorStatement
 from callgate.temporal import Statement, compile_behavior
 from callgate.temporal import _nodes as n
-from callgate.temporal._patterns import CompiledPattern, links_of, value_key
+from callgate.temporal._patterns import (
+    CompiledPattern,
+    atom_test,
+    links_of,
+    text_of,
+    value_key,
+)
 
 __all__ = ["Reach", "reach"]
 
@@ -44,6 +55,10 @@ MAX_MIXED = 3
 MAX_REPEAT = 12
 #: Values tried per argument.
 MAX_VALUES = 10
+#: Choices of values for the statement's variables tried together.
+MAX_ASSIGNMENTS = 64
+#: Runs judged, at most, over all the choices.
+MAX_RUNS = 20_000
 _FRESH = ("v1", "v2")
 _MISSING = object()
 
@@ -61,25 +76,57 @@ class Reach:
 def reach(statement: Statement, signature: Signature) -> Reach:
     """Search runs over Σ for one the statement breaks and one it allows."""
     patterns = _patterns_of(statement)
-    variables = statement.variables
-    compiled = [CompiledPattern(p, variables, False) for p in patterns]
-    events = list(_candidates(statement, patterns, signature))
+    compiled = [CompiledPattern(p, statement.variables, False) for p in patterns]
+    vocab = _vocabulary(statement, patterns, signature)
+    spread = list(_spread(vocab, signature))
+    tries = [[e for p in patterns for e in _directed(p, vocab, signature, dict(values))]
+             for values in _assignments(patterns, vocab)]
+    every = spread + [e for events in tries for e in events]
     dead = tuple(p for p, c in zip(patterns, compiled, strict=True)
-                 if not any(c.ground(e) for e in events))
-    pool = _pool(events, compiled, patterns)
+                 if not any(c.ground(e) for e in every))
+    others = _pool(spread, compiled, patterns)[:MAX_POOL // 2]
     behavior = compile_behavior([BehaviorStatement(id="s", rule=statement.text,
                                                    enforce="block")])
     breaks: tuple[Event, ...] | None = None
     holds: tuple[Event, ...] | None = None
-    for run in _runs(pool):
-        broken = bool(behavior.check_trace(run))
-        if broken and breaks is None:
-            breaks = run
-        elif not broken and holds is None:
-            holds = run
-        if breaks is not None and holds is not None:
-            break
+    budget = MAX_RUNS
+    for directed in tries:  # the runs of one choice of the variables' values at a time
+        pool = _pool(directed, compiled, patterns)[:MAX_POOL // 2]
+        pool += [e for e in others if e not in pool]
+        for run in _runs(pool):
+            budget -= 1
+            broken = bool(behavior.check_trace(run))
+            if broken and breaks is None:
+                breaks = run
+            elif not broken and holds is None:
+                holds = run
+            if (breaks is not None and holds is not None) or budget <= 0:
+                return Reach(dead, breaks, holds)
     return Reach(dead, breaks, holds)
+
+
+def _assignments(patterns: Sequence[n.Pattern], vocab: _Vocabulary) -> list[dict[str, Any]]:
+    """Values to try for the statement's variables, together: the values of the arguments any
+    variable is compared with (two variables on one argument are one value), or a fresh one;
+    every variable the same value first, then the other combinations."""
+    names: set[str] = set()
+    values: list[Any] = list(_FRESH)
+    for pattern in patterns:
+        for atom in pattern.atoms:
+            if isinstance(atom, n.VarEq | n.VarContains):
+                names.add(atom.var)
+                if atom.arg is not None:
+                    values.extend(v for v in vocab.values.get(atom.arg, [])
+                                  if not isinstance(v, list))
+    if not names:
+        return [{}]
+    order = sorted(names)
+    unique = list({_key(v): v for v in values}.values())[:2 * MAX_VALUES]
+    same = [dict.fromkeys(order, v) for v in unique]
+    mixed = (dict(zip(order, combo, strict=True))
+             for combo in itertools.product(unique, repeat=len(order))
+             if len({_key(v) for v in combo}) > 1)
+    return same + list(itertools.islice(mixed, max(0, MAX_ASSIGNMENTS - len(same))))
 
 
 def _patterns_of(statement: Statement) -> list[n.Pattern]:
@@ -118,7 +165,7 @@ class _Vocabulary:
     actions: list[str]
     values: dict[str, list[Any]]  # per argument the statement reads (as the atom names it)
     listed: set[str]  # arguments an any/all reads: their values are lists
-    statuses: list[str]
+    statuses: list[Status]
     outputs: list[str]
     taints: list[frozenset[str]]
     sources: list[frozenset[str]]
@@ -130,8 +177,8 @@ def _vocabulary(statement: Statement, patterns: Sequence[n.Pattern],
     named: list[str] = []
     literals: dict[str, list[Any]] = {}
     listed: set[str] = set()
-    statuses = ["ok", "error"]
-    outputs = [""]
+    statuses: list[Status] = ["ok", "error", "denied"]
+    outputs = ["", _FRESH[1]]
     taints: list[frozenset[str]] = [frozenset()]
     sources: list[frozenset[str]] = [frozenset()]
     provenance: dict[str, list[frozenset[str]]] = {}
@@ -143,12 +190,13 @@ def _vocabulary(statement: Statement, patterns: Sequence[n.Pattern],
         if isinstance(atom, n.ActionIn):
             named.extend(sorted(atom.names))
         elif isinstance(atom, n.StatusIs):
-            statuses.append(atom.status)
+            statuses.append(cast(Status, atom.status))  # the parser admits only statuses
         elif isinstance(atom, n.ArgIn):
             literals.setdefault(atom.arg, []).extend(atom.values)
         elif isinstance(atom, n.Compare):
             literals.setdefault(atom.arg, []).extend(
-                [atom.value, atom.value + 1, atom.value - 1])
+                [atom.value, atom.value + 1, atom.value - 1, atom.value + 0.5,
+                 atom.value - 0.5, atom.value + 100, atom.value - 100])
         elif isinstance(atom, n.TextMatch):
             if atom.arg is None:
                 outputs.extend(_glob_examples(atom.pattern))
@@ -174,7 +222,13 @@ def _vocabulary(statement: Statement, patterns: Sequence[n.Pattern],
     actions = list(dict.fromkeys(named)) + others[:1]
     if any(not any(isinstance(a, n.ActionIn) and not a.negated for a in p.atoms)
            for p in patterns):
-        actions += others[1:]  # a pattern open to any action: every action may matter
+        # a pattern open to any action: an unnamed action matters only by which of the
+        # statement's arguments it has, so one action of each such kind stands for the rest
+        read = {links_of(arg) or arg for arg in literals}
+        kinds: dict[frozenset[str], str] = {}
+        for action in others:
+            kinds.setdefault(signature.args.get(action, frozenset()) & read, action)
+        actions += [a for a in kinds.values() if a not in actions]
     values = {arg: _values(arg, found, signature, arg in listed)
               for arg, found in literals.items()}
     return _Vocabulary(actions, values, listed, list(dict.fromkeys(statuses)),
@@ -208,9 +262,112 @@ def _key(value: Any) -> Hashable:
         value, list | dict) else (type(value).__name__, value_key(value))
 
 
-def _candidates(statement: Statement, patterns: Sequence[n.Pattern],
-                signature: Signature) -> Iterator[Event]:
-    vocab = _vocabulary(statement, patterns, signature)
+#: Values kept per field of a directed event (the first, and alternatives one at a time).
+MAX_CHOICES = 3
+
+
+def _field_of(atom: n.Atom) -> str:
+    """The field an atom reads: ``arg:NAME`` (``links(NAME)`` reads NAME), or one of the
+    event's own: the output's text, the status, the taint, the output's source."""
+    inner = atom.atom if isinstance(atom, n.Each) else atom
+    arg = getattr(inner, "arg", None)
+    if arg is not None:
+        return f"arg:{links_of(arg) or arg}"
+    if isinstance(atom, n.StatusIs):
+        return "status"
+    if isinstance(atom, n.TaintHas):
+        return "taint"
+    if isinstance(atom, n.FromSource):
+        return "source"
+    return "output"  # a text match or a ``contains $x`` on the output
+
+
+def _directed(pattern: n.Pattern, vocab: _Vocabulary, signature: Signature,
+              bound: dict[str, Any]) -> Iterator[Event]:
+    """For each action the pattern allows, events that match it when one over Σ can: each
+    field set, on its own, to a value that meets every atom of the pattern on that field (the
+    atoms of different fields are independent; a variable's atoms take its value in
+    ``bound``): the first such value of every field, then each field's alternatives in turn
+    (an event that matches this pattern and not another is what many runs need)."""
+    by_field: dict[str, list[n.Atom]] = {}
+    for atom in pattern.atoms:
+        if not isinstance(atom, n.ActionIn):
+            by_field.setdefault(_field_of(atom), []).append(atom)
+    for action in [a for a in vocab.actions if _allows(pattern, a)][:4]:
+        has = signature.args.get(action, frozenset())
+        choices = [_choices(field, atoms, Event(action=action), vocab, has, bound=bound)
+                   for field, atoms in by_field.items()]
+        if any(not found for found in choices):
+            continue
+        first = _merged(action, [found[0] for found in choices])
+        yield first
+        # the fields the pattern leaves free, set otherwise: another pattern may read them
+        if "status" not in by_field:
+            yield from (dataclasses.replace(first, status=s) for s in vocab.statuses[1:])
+        if "output" not in by_field:
+            yield from (dataclasses.replace(first, output=o) for o in vocab.outputs[1:])
+        if "taint" not in by_field:
+            yield from (dataclasses.replace(first, taint=t) for t in vocab.taints[1:])
+        for index, found in enumerate(choices):
+            for other in found[1:]:
+                picks = [c[0] for c in choices]
+                picks[index] = other
+                yield _merged(action, picks)
+
+
+def _merged(action: str, parts: Sequence[Event]) -> Event:
+    """One event with the field each part set (each part sets one field)."""
+    event = Event(action=action)
+    for part in parts:
+        event = dataclasses.replace(
+            event, args={**event.args, **part.args},
+            provenance={**event.provenance, **part.provenance},
+            status=part.status if part.status != "ok" else event.status,
+            output=part.output or event.output, taint=part.taint or event.taint,
+            source=part.source or event.source)
+    return event
+
+
+def _allows(pattern: n.Pattern, action: str) -> bool:
+    return all(not isinstance(a, n.ActionIn) or ((action in a.names) != a.negated)
+               for a in pattern.atoms)
+
+
+def _choices(field: str, atoms: list[n.Atom], blank: Event, vocab: _Vocabulary,
+             has: frozenset[str], *, bound: dict[str, Any]) -> list[Event]:
+    """Up to ``MAX_CHOICES`` events with only ``field`` set, each meeting every atom of
+    ``atoms`` (all on that field); none when no candidate value does."""
+    tests = [atom_test(a) for a in atoms if not isinstance(a, n.VarEq | n.VarContains)]
+    variables = {a.var for a in atoms if isinstance(a, n.VarEq | n.VarContains)}
+    if len({_key(bound[v]) for v in variables if v in bound}) > 1:
+        return []  # two variables of different values on one field
+    shared = [bound[v] for v in variables if v in bound]
+    options: list[Event] = []
+    if field.startswith("arg:"):
+        base = field[4:]
+        if base not in has:
+            return []
+        written = {getattr(a.atom if isinstance(a, n.Each) else a, "arg", base) for a in atoms}
+        values = shared or [v for w in sorted(written) for v in vocab.values.get(w, [])]
+        labels = [frozenset(), *{lab for w in written for lab in vocab.provenance.get(w, [])}]
+        options = [dataclasses.replace(blank, args={base: value}, provenance={
+            w: (label,) for w in written} if label else {})
+            for value in values for label in labels]
+    elif field == "status":
+        options = [dataclasses.replace(blank, status=s) for s in vocab.statuses]
+    elif field == "taint":
+        options = [dataclasses.replace(blank, taint=t) for t in vocab.taints]
+    elif field == "source":
+        options = [dataclasses.replace(blank, source=t) for t in vocab.sources]
+    else:  # the output's text
+        texts = [text_of(v) for v in shared] or vocab.outputs
+        options = [dataclasses.replace(blank, output=o) for o in texts]
+    return [e for e in options if all(t(e) for t in tests)][:MAX_CHOICES]
+
+
+def _spread(vocab: _Vocabulary, signature: Signature) -> Iterator[Event]:
+    """Events over every combination of the candidate values (sampled past the bound): the
+    ones that match some patterns and not others, and the ones that match none."""
     rng = random.Random(0)
     for action in vocab.actions:
         has = signature.args.get(action, frozenset())
