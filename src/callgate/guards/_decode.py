@@ -57,9 +57,9 @@ _ROT13 = bytes.maketrans(
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
     b"NOPQRSTUVWXYZABCDEFGHIJKLMnopqrstuvwxyzabcdefghijklm")
 _BACKSLASH = re.compile(r"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|([0-7]{1,3}))")
-# Bytes that are not printable ASCII (nor tab or line ends) become a NUL to split on.
-_ASCII_ONLY = bytes(b if b in b"\t\n\r" or 0x20 <= b <= 0x7E else 0 for b in range(256))
-_STRETCH = re.compile(rb"[^\0]{%d,}" % MIN_PRINTABLE)
+# A stretch of printable ASCII (tab and line ends included) long enough to keep.
+_STRETCH = re.compile(rb"[\t\n\r\x20-\x7e]{%d,}" % MIN_PRINTABLE)
+_PADDING = (b"", b"=", b"==", b"===")
 _URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
@@ -173,41 +173,60 @@ def _directions(form: str) -> tuple[bytes, ...]:
     return (kept, kept[::-1], turned, turned[::-1])
 
 
-def _decoded(text: bytes) -> Iterator[str]:
+def _decoded(text: bytes) -> list[str]:
     """Every alignment of ``text`` decoded as hex and as base64, cut to printable stretches.
 
     Separators were removed, so every run of the original sits in one long string; each run
     decodes correctly at the alignment its start falls on, its neighbours become noise.
     """
+    raws: list[bytes] = []
     digits = text.translate(None, _NOT_HEX)
-    for start in (0, 1):
-        usable = (len(digits) - start) // 2 * 2
-        if usable >= 12:
-            yield from _printable(binascii.unhexlify(digits[start:start + usable]))
+    if len(digits) >= 12:
+        for start in (0, 1):
+            usable = (len(digits) - start) // 2 * 2
+            if usable >= 12:
+                raws.append(binascii.unhexlify(digits[start:start + usable]))
     body = text.translate(_URLSAFE)
+    size = len(body)
     for start in range(4):
-        piece = body[start:len(body) - (1 if (len(body) - start) % 4 == 1 else 0)]
-        if len(piece) < 8:
+        end = size - 1 if (size - start) % 4 == 1 else size
+        if end - start < 8:
             continue
+        piece = body[start:end]
         try:
-            raw = binascii.a2b_base64(piece + b"=" * (-len(piece) % 4), strict_mode=True)
+            raws.append(binascii.a2b_base64(piece + _PADDING[-len(piece) % 4],
+                                            strict_mode=True))
         except binascii.Error:
             continue
-        yield from _printable(raw)
+    return _printable(raws)
 
 
-def _printable(raw: bytes) -> Iterator[str]:
-    """``raw`` as text when it is UTF-8, else its printable ASCII stretches as one text."""
-    if raw.isascii():
-        yield raw.decode("ascii")
-        return
-    text = raw.decode("utf-8", "replace")
-    if "\ufffd" not in text:
-        yield text
-        return
-    stretches = _STRETCH.findall(raw.translate(_ASCII_ONLY))
-    if stretches:
-        yield b"\n".join(stretches).decode("ascii")
+def _printable(raws: list[bytes]) -> list[str]:
+    """Each decoded run as text when it is UTF-8, else its printable ASCII stretches as one
+    text (nothing when it has none); in the order of ``raws``.
+
+    Most runs are noise (a wrong alignment or direction): their stretches are looked for in
+    one pass over all of them, cut apart by a byte no stretch holds, before run by run.
+    """
+    found: list[str | None] = []
+    noise: list[bytes] = []
+    for raw in raws:
+        if raw.isascii():
+            found.append(raw.decode("ascii"))
+            continue
+        text = raw.decode("utf-8", "replace")
+        if "\ufffd" not in text:
+            found.append(text)
+            continue
+        found.append(None)
+        noise.append(raw)
+    if noise and _STRETCH.search(b"\xff".join(noise)):
+        for i, raw in enumerate(raws):
+            if found[i] is None:
+                stretches = _STRETCH.findall(raw)
+                if stretches:
+                    found[i] = b"\n".join(stretches).decode("ascii")
+    return [text for text in found if text is not None]
 
 
 def _unescape(match: re.Match[str]) -> str:

@@ -219,6 +219,8 @@ class Kernel:
         self._invalid: tuple[object] | None = None
         # calls ``check`` allowed whose results ``report`` may still bring (oldest dropped first)
         self._checked: OrderedDict[str, ToolCall] = OrderedDict()
+        # the last call as the behavioral trace reads it (``_event_inputs``)
+        self._inputs: tuple[ToolCall, dict[str, Any], dict[str, Any]] | None = None
         # the trace position (last event) of each of those calls, for its reported output
         self._event_of: dict[str, int] = {}
         if resume is not None:
@@ -682,9 +684,15 @@ class Kernel:
         return Outcome(effects=Effects(alerts=tuple(alerts)))
 
     def _event_inputs(self, call: ToolCall) -> tuple[dict[str, Any], dict[str, Any]]:
-        raw = {"tool": call.tool, "tool_class": call.tool_class, "action": call.action,
-               "parameters": call.parameters}
-        return raw, call_args(call, self._registry.get(call.tool), self._grants)
+        """The call as the behavioral trace reads it, and the arguments the kernel adds; made
+        once per call (the check and the commit of one call ask in turn), copies handed out."""
+        made = self._inputs
+        if made is None or made[0] is not call:
+            raw = {"tool": call.tool, "tool_class": call.tool_class, "action": call.action,
+                   "parameters": call.parameters}
+            made = self._inputs = (call, raw,
+                                   call_args(call, self._registry.get(call.tool), self._grants))
+        return dict(made[1]), dict(made[2])
 
     def _commit(self, call: ToolCall, decision: Decision, result: ToolResult | None) -> None:
         """Append the call's events to the behavioral trace with their final status."""
