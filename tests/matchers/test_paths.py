@@ -451,6 +451,34 @@ def test_allowed_paths_always_lie_under_an_allowed_root_after_realpath(
     assert (verdict is None) == inside
 
 
+@settings(max_examples=400, deadline=None)
+@given(segments=st.lists(_SEGMENTS, min_size=1, max_size=8), absolute=st.booleans(),
+       trailing=st.booleans())
+def test_canonical_resolves_exactly_as_realpath_through_every_kind_of_symlink(
+    maze: Path, segments: list[str], absolute: bool, trailing: bool
+) -> None:
+    # An existing path is resolved by the kernel (O_PATH + its descriptor's name), any other by
+    # realpath's walk: the two must never disagree, or a path would be judged somewhere else.
+    value = "/".join(segments) + ("/" if trailing else "")
+    if absolute:
+        value = f"{maze}/{value}"
+    assert canonical(value, str(maze)) == os.path.realpath(os.path.join(maze, value))
+
+
+def test_canonical_of_a_fifo_neither_blocks_nor_opens_it(tmp_path: Path) -> None:
+    # O_PATH opens no file for I/O: a FIFO with no writer resolves at once, as with lstat.
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "to-pipe").symlink_to("pipe")
+    assert canonical("to-pipe", str(tmp_path)) == os.path.realpath(tmp_path / "pipe")
+
+
+def test_canonical_of_a_path_in_a_deleted_directory_is_realpaths(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    os.rmdir(gone)
+    assert canonical("gone/x", str(tmp_path)) == os.path.realpath(gone / "x")
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     pattern=st.lists(st.text("ab*?.", min_size=1, max_size=4), min_size=1, max_size=3),
