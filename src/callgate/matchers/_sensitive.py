@@ -47,7 +47,8 @@ SENSITIVE_PATH = Screened(re2.compile(
     rf"|{_BEFORE}\.callgate[/\\]+state\.key{_AFTER}"
     rf"|\.db\.key{_AFTER}",
 ), (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".pgpass", ".npmrc",
-    ".pypirc", ".config", ".env", "id_", "etc", "credential", "secret", "callgate", ".db.key"),
+    ".pypirc", ".config", ".env", "id_", "shadow", "sudoers", "credential", "secret", "callgate",
+    ".db.key"),
     ignore_case=True)
 
 #: Names of resources that hold secrets wherever they are: tables, vault endpoints, URLs.
