@@ -18,8 +18,6 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import yaml
-
 from callgate._jsonlimits import loads_bounded
 
 __all__ = ["MAX_LEAVES", "field_segments"]
@@ -29,7 +27,6 @@ MAX_STRUCTURED_CHARS = 262_144
 #: Leaves taken from one output.
 MAX_LEAVES = 10_000
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 Segment = tuple[str, frozenset[str]]
 
 
@@ -64,7 +61,9 @@ def _parse(output: str) -> Any:
             return loads_bounded(text)
         except (json.JSONDecodeError, ValueError):
             pass  # a Python-style mapping ({'a': 'b'}) is YAML flow syntax
-    try:
-        return yaml.load(text, Loader=_Loader)  # a safe loader: no object construction
+    import yaml  # only for an output that is not JSON: PyYAML costs 10 ms to import
+
+    try:  # a safe loader: no object construction
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except Exception:  # not YAML, or nested beyond what the parser takes: unstructured
         return None

@@ -74,6 +74,13 @@ def _available(name: str) -> bool:
     return all(importlib.util.find_spec(extra) is not None for extra in _NEEDS.get(name, ()))
 
 
+def preload(names: list[str]) -> None:
+    """Import now the module of the command ``names`` starts with, when it is one offered (the
+    module the command imports when it runs; ``callgate._entry`` imports it at start-up)."""
+    if names and names[0] in COMMANDS and _available(names[0]):
+        importlib.import_module(COMMANDS[names[0]][0])
+
+
 class _LazyGroup(click.Group):
     """A group whose commands are imported when they are run, not when help is printed."""
 

@@ -92,7 +92,8 @@ _READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | \
     getattr(os, "O_CLOEXEC", 0)
 #: The modules whose code decides what validating a text gives (their digest is in every key).
-_CODE = ("policy/_loader.py", "policy/_compose.py", "policy/_schema.py", "policy/_settings.py",
+_CODE = ("policy/_loader.py", "policy/_compose.py", "policy/_precomposed.py", "policy/_schema.py",
+         "policy/_settings.py",
          "policy/_cache.py", "_model.py", "matchers/_regex.py")
 
 

@@ -154,6 +154,9 @@ def _load(text: str, source: str, base_dir: str | os.PathLike[str] | None,
 
 def _validate(text: str, source: str) -> tuple[Policy, dict[NodePath, Place]]:
     """The text composed, built and validated: the policy and the place of every node."""
+    shipped = _shipped(text)
+    if shipped is not None:
+        return shipped
     from callgate.policy._compose import Builder, compose
 
     root = compose(text, source, MAX_DEPTH)
@@ -163,7 +166,10 @@ def _validate(text: str, source: str) -> tuple[Policy, dict[NodePath, Place]]:
         raise PolicyError([_problem("the top level of a policy must be a mapping of keys "
                                     "(name, version, rules, ...)", source, root, ())])
     problems = [_problem(message, source, node, path) for message, node, path in builder.refused]
-    problems += _regex_problems(data, builder, source) + _id_problems(data, builder, source)
+    problems += [_problem(f"refused regex: {reason}", source, builder.values[path], path)
+                 for path, reason in _refused_patterns(data)]
+    problems += [_problem(message, source, builder.values[path], path)
+                 for path, message in _repeated_ids(data)]
     flagged = [p for p in problems if p.field is not None]
     try:
         policy = Policy.model_validate(data)
@@ -248,9 +254,29 @@ def _check_size(size: int, source: str) -> None:
         )])
 
 
-def _regex_problems(data: dict[str, Any], builder: Builder, source: str) -> list[Problem]:
-    """Refuse rule parameter patterns that cannot run in linear time with Python's meaning."""
-    problems: list[Problem] = []
+def _shipped(text: str) -> tuple[Policy, dict[NodePath, Place]] | None:
+    """The policy of a text shipped with callgate, validated without composing it (its values
+    and places from ``_precomposed``); None for any other text, and for one with a problem:
+    composing it reports the problem at its place."""
+    from callgate.policy._precomposed import precomposed
+
+    found = precomposed(text)
+    if found is None:
+        return None
+    data, places = found
+    if (max(map(len, places), default=0) >= MAX_DEPTH or _refused_patterns(data)
+            or _repeated_ids(data)):
+        return None
+    try:
+        return Policy.model_validate(data), places
+    except ValidationError:
+        return None
+
+
+def _refused_patterns(data: dict[str, Any]) -> list[tuple[NodePath, str]]:
+    """Rule parameter patterns that cannot run in linear time with Python's meaning: where
+    each is, and why it is refused."""
+    refused: list[tuple[NodePath, str]] = []
     rules = data.get("rules")
     for i, rule in enumerate(rules if isinstance(rules, list) else []):
         match = rule.get("match") if isinstance(rule, dict) else None
@@ -261,15 +287,14 @@ def _regex_problems(data: dict[str, Any], builder: Builder, source: str) -> list
                 continue
             reason = check_pattern(pattern)
             if reason is not None:
-                path: NodePath = ("rules", i, "match", "parameters", name, "pattern")
-                problems.append(_problem(f"refused regex: {reason}", source,
-                                         builder.values[path], path))
-    return problems
+                refused.append((("rules", i, "match", "parameters", name, "pattern"), reason))
+    return refused
 
 
-def _id_problems(data: dict[str, Any], builder: Builder, source: str) -> list[Problem]:
-    """Report a repeated rule or statement id at the repeat (the schema only names the first)."""
-    problems: list[Problem] = []
+def _repeated_ids(data: dict[str, Any]) -> list[tuple[NodePath, str]]:
+    """Each repeat of a rule or statement id, at the repeat (the schema only names the
+    first)."""
+    repeats: list[tuple[NodePath, str]] = []
     for section in ("rules", "behavior"):
         items = data.get(section)
         seen: dict[str, int] = {}
@@ -278,13 +303,11 @@ def _id_problems(data: dict[str, Any], builder: Builder, source: str) -> list[Pr
             if not isinstance(ident, str):
                 continue
             if ident in seen:
-                path: NodePath = (section, i, "id")
-                problems.append(_problem(
-                    f"duplicate id {ident!r} (also {section}[{seen[ident]}])", source,
-                    builder.values[path], path))
+                repeats.append(((section, i, "id"),
+                                f"duplicate id {ident!r} (also {section}[{seen[ident]}])"))
             else:
                 seen[ident] = i
-    return problems
+    return repeats
 
 
 # Error types meaning "the value has the wrong shape for this union member".
@@ -306,7 +329,7 @@ def _validation_problems(
     unions: dict[NodePath, list[tuple[Any, NodePath]]] = {}
     for error in exc.errors(include_url=False):
         if error["type"] == "value_error" and not error["loc"] and "duplicate" in error["msg"]:
-            continue  # reported with its exact place by _id_problems
+            continue  # reported with its exact place by _repeated_ids
         path, union_at = _data_path(error, data)
         if union_at is None:
             plain.append(_error_problem(error, path, builder, source, schema))

@@ -14,14 +14,13 @@ style key/value secrets and the value of any ``NAME=value`` environment entry.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
-
-import yaml
+from typing import TYPE_CHECKING, Any, Literal
 
 from callgate._errors import CallgateError
 from callgate._jsonlimits import MAX_JSON_DEPTH, loads_bounded
@@ -34,6 +33,9 @@ from callgate.policy._schema import (
     Rule,
     ToolPolicy,
 )
+
+if TYPE_CHECKING:
+    import yaml
 
 #: The document format version, also the key that marks a file as a manifest.
 FORMAT_KEY = "callgate_manifest"
@@ -206,11 +208,18 @@ def manifest_hash(manifest: Mapping[str, Any]) -> str:
     return hashlib.sha256(_canonical(manifest)).hexdigest()
 
 
-class _Dumper(yaml.SafeDumper):
-    """Plain YAML: no anchors or aliases, whatever repeats."""
+@functools.cache
+def _dumper() -> type[yaml.SafeDumper]:
+    """The YAML dumper of manifests (made when first used: PyYAML costs 10 ms to import)."""
+    import yaml
 
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
+    class Dumper(yaml.SafeDumper):
+        """Plain YAML: no anchors or aliases, whatever repeats."""
+
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return Dumper
 
 
 def render(manifest: Mapping[str, Any], fmt: Format = "json") -> str:
@@ -221,7 +230,9 @@ def render(manifest: Mapping[str, Any], fmt: Format = "json") -> str:
     body[HASH_KEY] = manifest_hash(body)
     if fmt == "json":
         return json.dumps(body, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    text: str = yaml.dump(body, Dumper=_Dumper, sort_keys=True, allow_unicode=True,
+    import yaml
+
+    text: str = yaml.dump(body, Dumper=_dumper(), sort_keys=True, allow_unicode=True,
                           default_flow_style=False, width=1000)
     return text
 
@@ -229,17 +240,22 @@ def render(manifest: Mapping[str, Any], fmt: Format = "json") -> str:
 def _safe_yaml(text: str, source: str) -> Any:
     # Rendered manifests never hold anchors; refusing aliases rules out expansion bombs, and a
     # bound on nesting keeps the (recursive) composer from running out of stack.
+    import yaml
+
     depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, yaml.AliasEvent):
-            raise ManifestError(f"{source}: YAML aliases are not allowed in a manifest")
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                raise ManifestError(f"{source}: nests deeper than {MAX_JSON_DEPTH} levels")
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
-    return yaml.safe_load(text)
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                raise ManifestError(f"{source}: YAML aliases are not allowed in a manifest")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_JSON_DEPTH:
+                    raise ManifestError(f"{source}: nests deeper than {MAX_JSON_DEPTH} levels")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{source}: not a readable manifest: {exc}") from exc
 
 
 def parse_manifest(text: str, source: str = "<manifest>") -> dict[str, Any]:
@@ -252,7 +268,7 @@ def parse_manifest(text: str, source: str = "<manifest>") -> dict[str, Any]:
         raise ManifestError(f"{source}: manifest larger than {MAX_MANIFEST_BYTES} bytes")
     try:
         data = loads_bounded(text) if text.lstrip().startswith("{") else _safe_yaml(text, source)
-    except (ValueError, yaml.YAMLError) as exc:
+    except ValueError as exc:
         raise ManifestError(f"{source}: not a readable manifest: {exc}") from exc
     if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT_VERSION:
         raise ManifestError(f"{source}: not a callgate manifest (no '{FORMAT_KEY}: "
