@@ -20,7 +20,10 @@ Rows, all ``/bin/true``:
   bwrap itself costs for that sandbox, apart from callgate's own work.
 
 Every row runs in a long-lived worker process and the rows take turns, one call each per
-round, so they share the machine's noise. ``--baseline REV`` adds the "before" rows: the same
+round, so they share the machine's noise — and so that no call follows one of its own kind
+straight away, as an agent's calls do not: some costs show only then (moving a process into a
+cgroup is cheap within a few milliseconds of the previous move, and waits for an RCU grace
+period otherwise). ``--baseline REV`` adds the "before" rows: the same
 kernel and sandbox rows in a worker whose ``callgate.sandbox`` package is the one of git
 revision ``REV`` (everything else is the working tree's), so the difference is this package's.
 Prints p50 / p99 / min per row and the overhead over plain next to the goal; writes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import sys
@@ -153,3 +154,32 @@ def readable_copy_of_the_package(top: Path) -> str:
     for path in (where, *where.rglob("*")):
         path.chmod(0o755 if path.is_dir() else 0o644)
     return str(where)
+
+
+_SIGKILL_BIT = 1 << (9 - 1)
+
+
+def gone(pid: int) -> bool:
+    """True when ``pid`` no longer exists, is a zombie, or has SIGKILL pending."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    pending = int(fields["ShdPnd"], 16) | int(fields["SigPnd"], 16)
+    return fields["State"].startswith(("Z", "X")) or bool(pending & _SIGKILL_BIT)
+
+
+def running_with(marker: str) -> list[int]:
+    """Host pids of processes that are not gone and whose command line holds ``marker``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if marker.encode() in cmdline and not gone(int(name)):
+            found.append(int(name))
+    return found

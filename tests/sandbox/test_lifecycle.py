@@ -24,38 +24,9 @@ import pytest
 
 from callgate.sandbox import Sandbox, _gate, _runner, available_backends
 
-from .conftest import BUILDER, Project, policy
+from .conftest import BUILDER, Project, policy, running_with
 
 BACKENDS = [*available_backends(), "none"]
-_SIGKILL_BIT = 1 << (9 - 1)
-
-
-def gone(pid: int) -> bool:
-    """True when ``pid`` no longer exists, is a zombie, or has SIGKILL pending."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
-    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-    pending = int(fields["ShdPnd"], 16) | int(fields["SigPnd"], 16)
-    return fields["State"].startswith(("Z", "X")) or bool(pending & _SIGKILL_BIT)
-
-
-def running_with(marker: str) -> list[int]:
-    """Host pids of processes that are not gone and whose command line holds ``marker``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if marker.encode() in cmdline and not gone(int(name)):
-            found.append(int(name))
-    return found
-
-
 def box_for(project: Project, backend: str, **limits: Any) -> Sandbox:
     fields = {**BUILDER, "limits": limits} if limits else BUILDER
     return Sandbox.for_policy(policy(**fields), working_dir=str(project.root),
@@ -172,3 +143,30 @@ def test_without_pidfds_runs_still_end_whole(
     assert running_with(marker) == []
     killed = box_for(project, backend, wall_seconds=1).run(["sleep", "300"])
     assert killed.reason_id == "sandbox.limit.wall", killed
+
+
+def zombie_children() -> set[int]:
+    """This process's children in state Z (exited, not reaped)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] == "Z" and int(fields[1]) == os.getpid():
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_caller_has_no_zombie_child_after_runs(project: Project, backend: str):
+    before = zombie_children()
+    for limits in ({}, {"processes": 16, "cpu_seconds": 5}):
+        assert box_for(project, backend, **limits).run(["/bin/true"]).exit_code == 0
+        # A background child: firejail waits for it, until the wall limit here.
+        box_for(project, backend, **limits, wall_seconds=2).run(
+            ["sh", "-c", "sleep 30 >/dev/null 2>&1 </dev/null & echo"])
+    killed = box_for(project, backend, wall_seconds=1).run(["sh", "-c", "sleep 30 & sleep 30"])
+    assert killed.reason_id == "sandbox.limit.wall", killed
+    assert zombie_children() - before == set()

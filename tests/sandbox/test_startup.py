@@ -13,22 +13,36 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import callgate.sandbox as sandbox_package
 from callgate import SandboxError
 from callgate.policy._schema import Limits
 from callgate.sandbox import Sandbox, available_backends
 from callgate.sandbox import _bwrap as bwrap
 from callgate.sandbox import _gate as gate
 from callgate.sandbox import _runner as runner
-from callgate.sandbox._limits import pids_cgroup_base
+from callgate.sandbox._limits import (
+    CGROUP_V1_PIDS,
+    PidsCgroup,
+    pids_cgroup_base,
+    threads_can_enter,
+)
 from callgate.sandbox._spec import SandboxSpec
 
-from .conftest import BUILDER, Project, assert_denied, policy, readable_copy_of_the_package
+from .conftest import (
+    BUILDER,
+    Project,
+    assert_denied,
+    policy,
+    readable_copy_of_the_package,
+    running_with,
+)
 
 pytestmark = pytest.mark.skipif(
     "bwrap" not in available_backends(), reason="bubblewrap cannot start on this host"
@@ -82,20 +96,124 @@ def test_no_helper_program_is_started_per_call(project: Project, started: list[l
 
 
 @needs_a_process_bound
-def test_the_process_limit_counts_exactly_the_tools_processes(project: Project):
+@pytest.mark.parametrize("born_inside", [True, False], ids=["born-inside", "moved-in"])
+def test_the_process_limit_counts_exactly_the_tools_processes(
+    project: Project, monkeypatch: pytest.MonkeyPatch, born_inside: bool
+):
+    # Both ways into the cgroup: the launcher started from inside it (cgroup v1), or the
+    # sandbox's init moved in from outside (cgroup v2, or no thread entry).
+    if born_inside and not CAN_START_INSIDE:
+        pytest.skip("no cgroup v1 pids hierarchy whose tasks files this process may write")
+    if not born_inside:
+        monkeypatch.setattr(sandbox_package, "threads_can_enter", lambda base: False)
     script = "sleep 0.1 & sleep 0.1 & wait; echo done"  # the shell and two children
-    denied = sandbox(project, limits={"processes": 2}).run(["/bin/sh", "-c", script])
-    assert_denied(denied, "sandbox.limit.processes")
+    too_few = sandbox(project, limits={"processes": 2})
+    assert too_few.born_inside is born_inside
+    assert_denied(too_few.run(["/bin/sh", "-c", script]), "sandbox.limit.processes")
     assert sandbox(project, limits={"processes": 3}).run(
         ["/bin/sh", "-c", script]).stdout == b"done\n"
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or pids_cgroup_base() is None,
-                    reason="needs root and a writable pids cgroup")
-def test_the_tool_runs_in_its_runs_pids_cgroup(project: Project):
-    outcome = sandbox(project, limits={"processes": 8}).run(
-        ["/bin/sh", "-c", "grep pids /proc/self/cgroup"])
-    assert "/run-" in outcome.stdout.decode(), outcome
+_BASE = pids_cgroup_base()
+CAN_START_INSIDE = _BASE is not None and threads_can_enter(_BASE)
+needs_thread_entry = pytest.mark.skipif(
+    not CAN_START_INSIDE, reason="needs a cgroup v1 pids hierarchy this process may write")
+
+
+def own_pids_cgroup() -> str:
+    """The pids line of the calling thread's ``/proc/thread-self/cgroup``."""
+    lines = Path("/proc/thread-self/cgroup").read_text().splitlines()
+    return next(line for line in lines if "pids" in line.split(":")[1].split(","))
+
+
+def pids_cgroup_of(pid: int) -> str:
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    return next(line for line in lines if "pids" in line.split(":")[1].split(","))
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def in_a_thread(call: Callable[[], object]) -> threading.Thread:
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread
+
+
+@needs_thread_entry
+def test_bwrap_is_born_in_the_runs_pids_cgroup_and_no_process_is_moved(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+):
+    # Moving a process into a cgroup waits for an RCU grace period (5-15 ms); the launcher is
+    # started by a thread standing inside, so bwrap, its init and the tool are born there.
+    moved: list[int] = []
+    monkeypatch.setattr(PidsCgroup, "add", lambda group, pid: moved.append(pid))
+    box = sandbox(project, limits={"processes": 8, "wall_seconds": 60})
+    tag = f"callgate-test-{os.getpid()}-{threading.get_ident()}"
+    waiting = f"while [ ! -e build/go ]; do sleep 0.01; done # {tag}"
+    outcomes: list[Any] = []
+    thread = in_a_thread(lambda: outcomes.append(box.run(["/bin/sh", "-c", waiting])))
+    try:
+        # The tool itself, not bwrap (whose argv holds the tag too): it runs only once the
+        # sandbox was let go, so after the starting thread left the group.
+        while not (tools := [pid for pid in running_with(tag) if comm(pid) == "sh"]) \
+                and thread.is_alive():
+            thread.join(0.01)
+        assert tools, outcomes
+        group = pids_cgroup_of(tools[0]).split(":", 2)[2]
+        assert "/run-" in group
+        procs = (Path(CGROUP_V1_PIDS + group) / "cgroup.procs").read_text().split()
+        launchers = [pid for pid in map(int, procs) if gate.parent_of(pid) == os.getpid()]
+        assert len(launchers) == 1  # bwrap itself, this process's child, is counted there
+        assert comm(launchers[0]) == "bwrap"
+        assert str(os.getpid()) not in procs  # the thread that started it has left
+    finally:
+        marker(project).with_name("go").touch()
+        thread.join(60)
+    [outcome] = outcomes
+    assert outcome.exit_code == 0 and not outcome.confined, outcome
+    assert moved == []
+
+
+@needs_thread_entry
+def test_the_starting_thread_is_back_in_its_own_cgroup_after_every_kind_of_run(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+):
+    box = sandbox(project, limits={"processes": 8})
+    before = own_pids_cgroup()
+    assert box.run(["/bin/true"]).exit_code == 0
+    assert own_pids_cgroup() == before
+    monkeypatch.setattr(gate, "_parent_and_start", lambda pid: (1, 100))  # refused in start
+    with pytest.raises(SandboxError, match="not its child"):
+        box.run(["/bin/true"])
+    assert own_pids_cgroup() == before
+    monkeypatch.undo()
+
+    def unstartable(*args: Any, **kwargs: Any) -> None:
+        raise OSError("no such launcher")
+
+    monkeypatch.setattr(runner.subprocess, "Popen", unstartable)  # fails before start
+    with pytest.raises(SandboxError, match="no such launcher"):
+        box.run(["/bin/true"])
+    assert own_pids_cgroup() == before
+    assert not [p for p in Path(_BASE or "/").glob("run-*")
+                if str(os.getpid()) in (p / "cgroup.procs").read_text().split()]
+
+
+@needs_thread_entry
+def test_runs_started_from_other_threads_count_only_their_own_tools(project: Project):
+    box = sandbox(project, limits={"processes": 3})
+    script = "sleep 0.1 & sleep 0.1 & wait; echo done"  # exactly the three allowed
+    outcomes: list[Any] = []
+    threads = [in_a_thread(lambda: outcomes.append(box.run(["/bin/sh", "-c", script])))
+               for _ in range(3)]
+    for thread in threads:
+        thread.join(60)
+    assert [o.stdout for o in outcomes] == [b"done\n"] * 3, outcomes
 
 
 #: Runs as uid 65534: one gated run printing its limits, one fork bomb.

@@ -33,6 +33,7 @@ from callgate.sandbox._limits import (
     enter_cgroup_argv,
     pids_cgroup_base,
     plan_limits,
+    threads_can_enter,
 )
 from callgate.sandbox._none import none_argv, warn_unconfined
 from callgate.sandbox._runner import RawRun, run_process
@@ -125,7 +126,9 @@ class Sandbox:
     ``gated`` (bwrap only): ``run`` bounds the sandbox's first process from outside before the
     tool starts (``_gate``) instead of running ``prlimit`` and a cgroup-entering shell in the
     argv. It needs ``prlimit(2)`` on that process, which a non-root caller of a setuid bwrap
-    does not have; ``for_policy`` decides.
+    does not have; ``for_policy`` decides. ``born_inside`` (gated runs with a pids cgroup):
+    the launcher is started by a thread standing in the run's cgroup (cgroup v1, see
+    ``_limits.ThreadInside``), so it is counted there besides the sandbox's init.
     """
 
     def __init__(
@@ -139,6 +142,7 @@ class Sandbox:
         plan: LimitPlan,
         scan_limit: int = SCAN_LIMIT,
         gated: bool = False,
+        born_inside: bool = False,
     ) -> None:
         self.policy = policy
         self.scan_limit = scan_limit
@@ -148,6 +152,7 @@ class Sandbox:
         self.environ = dict(environ)
         self.plan = plan
         self.gated = gated and backend == "bwrap"
+        self.born_inside = born_inside and self.gated
 
     @classmethod
     def for_policy(
@@ -175,12 +180,17 @@ class Sandbox:
             # Refuse now on a machine the filter is not written for.
             seccomp.sandbox_filter(network=policy.network == "allow")
         gated = chosen == "bwrap" and _can_gate(executable)
-        launcher = {"bwrap": bwrap.GATED_TASKS if gated else bwrap.LAUNCHER_TASKS,
+        base = pids_cgroup_base() if policy.limits.processes is not None else None
+        born_inside = gated and base is not None and threads_can_enter(base)
+        # bwrap counts its launcher when it enters the group (born there, or by the shell of
+        # an ungated argv), and only the sandbox's init when that init is moved in alone.
+        launcher = {"bwrap": bwrap.GATED_TASKS if gated and not born_inside
+                    else bwrap.LAUNCHER_TASKS,
                     "firejail": firejail.LAUNCHER_TASKS}
         plan = plan_limits(
             policy.limits,
             euid=os.geteuid(),
-            cgroup_base=pids_cgroup_base() if policy.limits.processes is not None else None,
+            cgroup_base=base,
             launcher_tasks=launcher.get(chosen, 0),
         )
         env = dict(os.environ) if environ is None else dict(environ)
@@ -193,6 +203,7 @@ class Sandbox:
             plan=plan,
             scan_limit=scan_limit,
             gated=gated,
+            born_inside=born_inside,
         )
 
     def _spec(self, argv: Sequence[str]) -> SandboxSpec:
@@ -308,6 +319,8 @@ class Sandbox:
             copies = gate.adopt(bwrap.open_copies(spec))
             wrapped = self._wrap(spec, argv, status_fd=gate.status_fd, procs=None,
                                  seccomp_fd=gate.filter_fd, prefix=(), copies=copies)
+            if self.born_inside:
+                gate.enter()  # nothing forks between here and bwrap's start
             raw = self._execute(spec, wrapped, stdin, gate.pass_fds, cgroup,
                                 on_start=gate.start, on_exit=gate.finish)
             return raw, raw.killed_for is not None or gate.started()

@@ -36,11 +36,12 @@ from callgate.sandbox._spec import SandboxSpec, is_within
 
 SANDBOX_UID = 65534
 HOSTNAME = "callgate-sandbox"
-#: Tasks bwrap keeps in the pids cgroup besides the tool when the launcher enters it (the argv
-#: ``Sandbox.command`` shows): the launcher and the pid-1 reaper.
+#: Tasks bwrap keeps in the pids cgroup besides the tool when the launcher is in it (the argv
+#: ``Sandbox.command`` shows, or a gated run started from inside the cgroup on cgroup v1): the
+#: launcher and the pid-1 reaper.
 LAUNCHER_TASKS = 2
-#: The same for a gated run (``_gate``): only the sandbox's first process, the pid-1 reaper, is
-#: moved into the cgroup; the launcher stays outside and starts nothing more.
+#: The same for a gated run (``_gate``) whose sandbox process is moved in from outside: only
+#: that process, the pid-1 reaper, is in the cgroup; the launcher starts nothing more.
 GATED_TASKS = 1
 #: Stands for the seccomp descriptor in an argv built for display (bwrap refuses to start
 #: with it, so such an argv never runs without its filter).

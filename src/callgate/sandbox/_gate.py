@@ -4,11 +4,14 @@ bwrap reads its seccomp program from a descriptor after it has built the sandbox
 starts anything in it (the sandbox's init, then the tool). Here that descriptor is a pipe, and
 the program is written only once the sandbox's first process has been bounded from outside:
 
-1. bwrap starts with ``--json-status-fd`` and ``--seccomp`` on two pipes;
+1. bwrap starts with ``--json-status-fd`` and ``--seccomp`` on two pipes — on cgroup v1 from
+   a thread standing in the run's pids cgroup, so bwrap is born there (``ThreadInside``; the
+   thread steps back out in 3);
 2. it reports the host pid of the sandbox's first process (``"child-pid"``), which then builds
    the sandbox and waits on the empty filter pipe;
 3. that process is checked to be bwrap's child, and gets the run's resource limits
-   (``prlimit(2)``, inherited by everything it starts) and, when there is one, its pids cgroup;
+   (``prlimit(2)``, inherited by everything it starts); when there is a pids cgroup it is
+   checked to be inside (born there) or moved in;
 4. the filter is written in one piece (at most ``PIPE_BUF`` bytes, so it arrives whole or not at
    all) and the pipe closed: the sandbox goes on, and the tool starts already bounded.
 
@@ -38,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from callgate._errors import SandboxError
 from callgate.sandbox import _seccomp as seccomp
 from callgate.sandbox._bwrap import Copy
-from callgate.sandbox._limits import PidsCgroup, Rlimit, apply_rlimits
+from callgate.sandbox._limits import PidsCgroup, Rlimit, ThreadInside, apply_rlimits
 from callgate.sandbox._runner import SETTLE_SECONDS, pidfd, wait_readable
 
 #: How long bwrap may take to report the sandbox's first process.
@@ -105,6 +108,7 @@ class BwrapGate:
             raise SandboxError("the seccomp filter is too long to be handed over in one write")
         self._rlimits = tuple(rlimits)
         self._cgroup = cgroup
+        self._inside: ThreadInside | None = None
         self._fds: dict[str, int] = {}
         self._copies: list[Copy] = []
         self.status = b""
@@ -135,6 +139,16 @@ class BwrapGate:
         self._copies.extend(copies.values())
         return copies
 
+    def enter(self) -> None:
+        """Step the calling thread into the run's pids cgroup, so that the launcher it starts
+        next is born there (cgroup v1 only; ``start`` steps back out)."""
+        if self._cgroup is not None and self._inside is None:
+            self._inside = ThreadInside(self._cgroup)
+
+    def _leave(self) -> None:
+        if self._inside is not None:
+            self._inside.leave()
+
     def _close(self, name: str) -> None:
         fd = self._fds.pop(name, -1)
         if fd >= 0:
@@ -143,6 +157,7 @@ class BwrapGate:
 
     def start(self, proc: subprocess.Popen[bytes]) -> None:
         """Bound the sandbox's first process, then let it go on (``run_process``'s on_start)."""
+        self._leave()  # before anything can fork in the group: the thread is not the tool's
         self._close("status_w")  # bwrap holds its own copies now
         self._close("filter_r")
         self._close_copies()
@@ -160,8 +175,8 @@ class BwrapGate:
         self.child = child
         self._child_since = since
         apply_rlimits(child, self._rlimits)
-        if self._cgroup is not None:
-            self._cgroup.add(child)
+        if self._cgroup is not None and not self._cgroup.holds(child):
+            self._cgroup.add(child)  # not born inside: moved in (waits for the threadgroup lock)
         written = os.write(self._fds["filter_w"], self._program)
         if written != len(self._program):
             raise SandboxError("the seccomp filter could not be handed over whole")
@@ -228,7 +243,9 @@ class BwrapGate:
         self._copies.clear()
 
     def close(self) -> None:
-        """Close every descriptor still open (the pidfd included)."""
+        """Close every descriptor still open (the pidfd included); take the thread out of the
+        run's cgroup if it is still inside."""
+        self._leave()
         self._close_copies()
         for name in list(self._fds):
             self._close(name)

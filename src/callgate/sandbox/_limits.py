@@ -12,12 +12,22 @@ process count) bind the tool and everything it starts, not the process that laun
 ``RLIMIT_NPROC`` is not checked for uid 0 in the initial user namespace, and a sandbox started
 by root keeps kernel uid 0 even inside its own user namespace. So for root the process count is
 enforced with a **pids cgroup** instead: a fresh cgroup per run with ``pids.max`` set, entered
-before anything of the tool starts (bubblewrap: the waiting sandbox process is moved into it;
-otherwise a shell enters it and execs the launcher), emptied (every task killed) and removed
-when the run ends. cgroup v1
-(``/sys/fs/cgroup/pids``) and a delegated cgroup v2 subtree with the ``pids`` controller
-enabled are both used when writable. Root without either cannot bound processes: a policy that
-declares ``processes`` is then refused rather than run unbounded.
+before anything of the tool starts, emptied (every task killed) and removed when the run ends.
+cgroup v1 (``/sys/fs/cgroup/pids``) and a delegated cgroup v2 subtree with the ``pids``
+controller enabled are both used when writable. Root without either cannot bound processes: a
+policy that declares ``processes`` is then refused rather than run unbounded.
+
+How a run gets into its cgroup matters for start-up time. Moving a *process* into a cgroup
+(writing its pid to ``cgroup.procs``) takes the kernel's cgroup threadgroup lock for writing,
+which first waits for an RCU grace period: 5 to 15 ms whenever no other move happened in the
+last few milliseconds, i.e. on almost every call of an agent. A thread moving *only itself*
+(``0`` written to a cgroup v1 ``tasks`` file) needs no such lock. So under bubblewrap on cgroup
+v1 the calling thread steps into the run's cgroup, starts bwrap there — a child is born in its
+parent thread's cgroup, so bwrap and everything it starts are inside from their first
+instruction — and steps back out before the sandbox is let go (``ThreadInside``). Elsewhere
+(cgroup v2, where threads of a process cannot be split across domain cgroups) the waiting
+sandbox process is moved in from outside; under firejail and the unconfined backend a shell
+enters the cgroup and execs the launcher.
 
 Wall time and output size are enforced by the runner (``_runner``), not by rlimits.
 """
@@ -36,6 +46,7 @@ from dataclasses import dataclass
 
 from callgate._errors import SandboxError
 from callgate.policy._schema import Limits
+from callgate.sandbox._credentials import is_within
 
 CGROUP_V1_PIDS = "/sys/fs/cgroup/pids"
 CGROUP_V2 = "/sys/fs/cgroup"
@@ -97,6 +108,15 @@ class PidsCgroup:
         """Writing a pid here moves that process (and its future children) into the group."""
         return os.path.join(self.path, "cgroup.procs")
 
+    @property
+    def tasks_file(self) -> str:
+        """cgroup v1 only: writing ``0`` here moves the calling thread alone into the group."""
+        return os.path.join(self.path, "tasks")
+
+    def holds(self, pid: int) -> bool:
+        """Whether process ``pid`` is in the group now."""
+        return pid in self._pids()
+
     def add(self, pid: int) -> None:
         """Move process ``pid`` (and the children it starts from now on) into the group."""
         try:
@@ -125,10 +145,15 @@ class PidsCgroup:
             return []
 
     def kill_all(self) -> None:
-        """SIGKILL every task left in the group (a tool's escaped background children)."""
+        """SIGKILL every task left in the group (a tool's escaped background children).
+
+        Never this process: a thread of it is inside while it starts a run (``ThreadInside``).
+        """
+        own = os.getpid()
         for pid in self._pids():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+            if pid != own:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
 
     def remove(self) -> None:
         """Kill what is left and remove the group; a group that will not empty is left."""
@@ -142,6 +167,82 @@ class PidsCgroup:
                 return
             except OSError:
                 time.sleep(0.0005 if attempt < 20 else 0.005)
+
+
+def _thread_pids_group(mount: str = CGROUP_V1_PIDS) -> str | None:
+    """The directory of the calling thread's cgroup in the v1 pids hierarchy at ``mount``."""
+    try:
+        with open("/proc/thread-self/cgroup", encoding="utf-8") as handle:
+            for line in handle:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if "pids" in controllers.split(","):
+                    return os.path.normpath(os.path.join(mount, path.lstrip("/")))
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _move_this_thread(tasks_file: str) -> None:
+    """Move the calling thread alone into the cgroup of ``tasks_file`` (cgroup v1)."""
+    fd = os.open(tasks_file, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, b"0")  # 0: the writing thread itself, so no threadgroup lock is taken
+    finally:
+        os.close(fd)
+
+
+def threads_can_enter(base: str) -> bool:
+    """Whether runs' cgroups below ``base`` can be entered by a thread (``ThreadInside``): a
+    cgroup v1 pids hierarchy whose ``tasks`` files this process may write."""
+    if not is_within(base, CGROUP_V1_PIDS):
+        return False
+    own = _thread_pids_group()
+    return (
+        own is not None
+        and all(os.access(os.path.join(path, "tasks"), os.W_OK)
+                for path in (base, own, CGROUP_V1_PIDS))
+    )
+
+
+class ThreadInside:
+    """The calling thread inside a run's pids cgroup (v1) while it starts the run's launcher.
+
+    A child is born in the cgroup of the thread that forks it, so the launcher and everything
+    it starts are inside from their first instruction, with no process ever moved (see the
+    module's docstring). ``leave`` takes the thread back where it was — or, if that cgroup is
+    gone, to the hierarchy's root — before the sandbox is let go, so the thread is never
+    counted against the tool; ``SandboxError`` if it cannot.
+    """
+
+    def __init__(self, cgroup: PidsCgroup) -> None:
+        origin = _thread_pids_group()
+        if origin is None:
+            raise SandboxError("cannot tell which pids cgroup this thread is in")
+        try:
+            _move_this_thread(cgroup.tasks_file)
+        except OSError as exc:
+            raise SandboxError(f"cannot start the run inside {cgroup.path}: {exc}") from exc
+        self._origin: str | None = origin
+        self.cgroup = cgroup
+
+    @property
+    def inside(self) -> bool:
+        """Whether the thread is still inside the run's cgroup."""
+        return self._origin is not None
+
+    def leave(self) -> None:
+        """Take the thread back out (once; later calls do nothing)."""
+        origin, self._origin = self._origin, None
+        if origin is None:
+            return
+        problem: OSError | None = None
+        for place in dict.fromkeys((origin, CGROUP_V1_PIDS)):
+            try:
+                _move_this_thread(os.path.join(place, "tasks"))
+                return
+            except OSError as exc:
+                problem = problem or exc
+        raise SandboxError(f"cannot take this thread out of {self.cgroup.path}: {problem}")
 
 
 #: One per-process limit: (``resource.RLIMIT_*``, soft, hard).
