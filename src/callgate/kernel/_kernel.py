@@ -32,7 +32,7 @@ import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from callgate._errors import AuditError, CallgateError, Denied, PolicyError, Problem
 from callgate._model import Decision, Reason, Status, TaintLabel, ToolCall, ToolResult, Witness
@@ -67,9 +67,10 @@ from callgate.kernel._validate import Stamp, error_text, is_text, placeholder, s
 from callgate.matchers._paths import PathRejected, canonical_parameters
 from callgate.policy._roots import root_problems
 from callgate.policy._schema import CapabilityConstraints, Policy, ToolPolicy
-from callgate.sandbox import BackendName
-from callgate.sandbox._executor import SubprocessExecutor
 from callgate.temporal import Violation
+
+if TYPE_CHECKING:  # the sandbox is loaded by the first subprocess run, not by every decision
+    from callgate.sandbox import BackendName
 
 log = logging.getLogger("callgate")
 
@@ -504,6 +505,8 @@ class Kernel:
         Raises ``Denied`` when the kernel denies the call or the sandbox stopped it while
         running (then ``Denied.result`` holds its output).
         """
+        from callgate.sandbox._executor import SubprocessExecutor
+
         executor = SubprocessExecutor(self._registry.get(tool), working_dir=self.working_dir,
                                       backend=backend, allow_unconfined=allow_unconfined,
                                       stdin=stdin)
