@@ -225,7 +225,9 @@ def _resolved_by_kernel(absolute: str) -> str | None:
     (missing, a loop, a file used as a directory), when the descriptor's name is not a plain
     absolute path (no ``/proc``, a deleted or unreachable file) or on a system without
     ``O_PATH``: then ``realpath``'s own walk decides, as it always did. A test holds the two
-    equal on trees of symlinks."""
+    equal on trees of symlinks. Under a concurrent rename the name is the one the file has
+    just after it was reached (where it now is), as ``realpath`` gives a name it had just
+    before: either way the executor opens the very name judged and refuses a change since."""
     if _O_PATH is None:
         return None
     try:
