@@ -107,13 +107,21 @@ def test_bad_input_is_a_clear_error_and_exit_2(demo_log: Path, tmp_path: Path,
     assert message in done.stderr and "Traceback" not in done.stderr
 
 
+# Starts a program with SIGINT at its default (which Python then makes KeyboardInterrupt).
+_SIGINT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                   "os.execv(sys.argv[1], sys.argv[1:])")
+
+
 class _Follower:
     """``callgate audit tail --follow`` running; its lines read with a deadline."""
 
     def __init__(self, db: Path) -> None:
-        self.proc = subprocess.Popen([CALLGATE, "audit", "tail", str(db), "--follow", "-n", "1",
-                                      "--interval", "0.05"], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        # Ctrl-C is what stops it, so SIGINT gets its default meaning back: a test run started
+        # in the background by a shell inherits SIGINT ignored, and Python keeps it ignored.
+        self.proc = subprocess.Popen([sys.executable, "-c", _SIGINT_DEFAULT, CALLGATE, "audit",
+                                      "tail", str(db), "--follow", "-n", "1", "--interval",
+                                      "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
         self._selector = selectors.DefaultSelector()
         assert self.proc.stdout is not None
         self._selector.register(self.proc.stdout, selectors.EVENT_READ)

@@ -46,3 +46,13 @@ def test_an_id_that_is_not_the_first_member_is_not_guessed() -> None:
     assert Oversized(9, b'{"jsonrpc":"2.0","result":{"id":3').ident is None
     assert Oversized(9, b'{"jsonrpc":"2.0","id":5.5,').ident is None
     assert Oversized(9, b'{"jsonrpc":"2.0","id":true,').ident is None
+
+
+def test_the_head_of_a_line_dropped_over_many_small_chunks_still_holds_its_id() -> None:
+    # The bound (150) is shorter than the head kept (512): the id, past byte 150, arrives in
+    # the chunks after the line was found too long, and must still be read.
+    ident = "\x1f" * 9 + "\x07" * 2 + "\U00010000" * 5
+    message = json.dumps({"jsonrpc": "2.0", "id": ident, "result": {"text": "x" * 300}})
+    lines = anyio.run(_lines, message.encode() + b"\n" + b'{"ok":1}\n', 150, 1)
+    assert isinstance(lines[0], Oversized) and lines[0].ident == ident
+    assert lines[1] == b'{"ok":1}'

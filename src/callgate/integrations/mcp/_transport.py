@@ -75,6 +75,11 @@ class Oversized:
         return value if isinstance(value, int | str) and not isinstance(value, bool) else None
 
 
+def _topped(head: bytes, more: bytes) -> bytes:
+    """``head`` filled up to ``_HEAD_BYTES`` from ``more`` (the next bytes of its line)."""
+    return head if len(head) >= _HEAD_BYTES else head + more[:_HEAD_BYTES - len(head)]
+
+
 async def read_lines(stream: anyio.abc.ByteReceiveStream, limit: int
                      ) -> AsyncIterator[bytes | Oversized]:
     """Each line of ``stream`` (without its newline), or ``Oversized`` for one over ``limit``."""
@@ -89,7 +94,7 @@ async def read_lines(stream: anyio.abc.ByteReceiveStream, limit: int
         start = 0
         while (end := chunk.find(b"\n", start)) >= 0:
             if dropping:
-                yield Oversized(dropping + end - start, head)
+                yield Oversized(dropping + end - start, _topped(head, chunk[start:end]))
                 dropping = 0
             elif len(buffer) + end - start > limit:
                 yield Oversized(len(buffer) + end - start,
@@ -103,6 +108,8 @@ async def read_lines(stream: anyio.abc.ByteReceiveStream, limit: int
         if dropping or len(buffer) + rest > limit:
             if not dropping:
                 head = (bytes(buffer) + chunk[start:start + _HEAD_BYTES])[:_HEAD_BYTES]
+            else:  # a line dropped over several chunks: its head may still be short of the id
+                head = _topped(head, chunk[start:])
             dropping += len(buffer) + rest
             buffer.clear()
         else:
