@@ -97,3 +97,18 @@ def test_a_screen_needs_literals() -> None:
         Screened(re2.compile("x"), (), ignore_case=False)
     with pytest.raises(ValueError, match="literals"):
         Screened(re2.compile("x"), ("",), ignore_case=False)
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts=st.lists(st.text(alphabet="abcdefkst_-./\nK\u017f\u212aİ", max_size=14), max_size=8),
+       ignore_case=st.booleans())
+def test_screening_many_texts_at_once_answers_as_screening_each(texts: list[str],
+                                                                ignore_case: bool) -> None:
+    screen = Screened(None, ("secret", "s.k", "ab", "dst"), ignore_case=ignore_case,
+                      source="secret|s\\.k|ab|dst")
+    assert screen.possible_each(texts) == [screen.possible(text) for text in texts]
+
+
+def test_a_literal_holding_a_line_end_is_refused() -> None:
+    with pytest.raises(ValueError, match="line end"):
+        Screened(None, ("a\nb",), ignore_case=False, source="a\nb")

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from callgate import SandboxError
 from callgate.sandbox import Sandbox, available_backends
@@ -183,3 +185,36 @@ def test_a_key_created_between_two_runs_cannot_be_read_by_the_second(
     second = box.run(["cat", str(src / ".ssh" / "id_rsa")])
     assert_denied(second, "sandbox.read")
     assert b"PRIVATE KEY" not in second.stdout
+
+
+_NAMES = st.one_of(
+    st.sampled_from([".ssh", ".env.local", "id_ed25519.pub", "my-credentials.json", "shadow",
+                     "sudoers", "secrets.yaml", "secretary.py", "gcloud", "state.key", "a.db.key",
+                     "notes.txt", "etc", ".config", ".callgate", "key", "ĸey", "SECRET"]),
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz._-/\nİK", min_size=1, max_size=12))
+
+
+@settings(max_examples=400, deadline=None)
+@given(parent=_NAMES, names=st.lists(_NAMES, max_size=8))
+def test_an_entry_the_listings_screen_passes_over_is_never_sensitive(
+    parent: str, names: list[str]
+) -> None:
+    # The scan screens a directory's entries in one pass before asking of each: the screen
+    # may only pass over an entry that is not sensitive.
+    asked = credentials.SENSITIVE_PATH.possible_each([f"/{parent}/{name}" for name in names])
+    for name, ask in zip(names, asked, strict=True):
+        if credentials._sensitive(parent, name):
+            assert ask
+
+
+def test_a_credential_among_many_plain_names_is_found(tmp_path: Path) -> None:
+    for i in range(300):
+        (tmp_path / f"file-{i}.txt").write_text("x")
+    (tmp_path / "deploy.env").mkdir()
+    (tmp_path / "deploy.env" / ".env.production").write_text("TOKEN=1")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "id_rsa").write_text("key")
+    found, unlistable = scan([str(tmp_path)], cache=None)
+    assert sorted(found) == [str(tmp_path / "deploy.env" / ".env.production"),
+                             str(tmp_path / "sub" / "id_rsa")]
+    assert unlistable == []

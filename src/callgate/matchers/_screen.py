@@ -17,8 +17,10 @@ length of its longest literal at each position.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 
@@ -36,8 +38,8 @@ class Screened:
                  source: str | None = None) -> None:
         self.source: str = regex.pattern if source is None else source
         self.literals = tuple(literals)
-        if not self.literals or any(not lit for lit in self.literals):
-            raise ValueError("a screen needs literals, none of them empty")
+        if not self.literals or any(not lit or "\n" in lit for lit in self.literals):
+            raise ValueError("a screen needs literals, none of them empty or holding a line end")
         self._regex = regex
         self._compile: Callable[[str], Any] | None = None
         self._ignore_case = ignore_case
@@ -59,6 +61,22 @@ class Screened:
         if self._ignore_case and not text.isascii():
             return True
         return self._screen.search(text) is not None
+
+    def possible_each(self, texts: Sequence[str]) -> list[bool]:
+        """``[self.possible(t) for t in texts]``, found by one pass of the screen over the
+        texts joined by line ends: no literal holds a line end, so every hit lies inside one
+        text, and a text's own literal is either a hit or overlaps one (then in that text)."""
+        flags = [False] * len(texts)
+        if not texts:
+            return flags
+        ends = list(itertools.accumulate(len(text) + 1 for text in texts))
+        for hit in self._screen.finditer("\n".join(texts)):
+            flags[bisect.bisect_right(ends, hit.start())] = True
+        if self._ignore_case:
+            for i, text in enumerate(texts):
+                if not flags[i] and not text.isascii():
+                    flags[i] = True
+        return flags
 
     def search(self, text: str) -> Any:
         """RE2's first match in ``text``, or None."""

@@ -187,14 +187,21 @@ class _Walk:
         found: list[str] = []
         subdirs: list[str] = []
         entries = 0
+        seen: list[os.DirEntry[str]] = []
         with os.scandir(directory) as listed:
             for entry in listed:
                 entries += 1
                 self._count(root, 1)
-                if _sensitive(parent_name, entry.name):
-                    found.append(entry.path)
-                elif entry.is_dir(follow_symlinks=False):
-                    subdirs.append(entry.path)
+                seen.append(entry)
+        # Every text ``_sensitive`` asks about an entry (``/name``, ``/parent/name``) is a
+        # piece of ``/parent/name``: an entry whose path holds none of the definition's
+        # literals is not sensitive, and the screen looks at all of them in one pass.
+        asked = SENSITIVE_PATH.possible_each([f"/{parent_name}/{entry.name}" for entry in seen])
+        for entry, ask in zip(seen, asked, strict=True):
+            if ask and _sensitive(parent_name, entry.name):
+                found.append(entry.path)
+            elif entry.is_dir(follow_symlinks=False):
+                subdirs.append(entry.path)
         listing = Listing(stamp, entries, tuple(found), tuple(subdirs))
         if self.cache is not None:
             self.cache.put(directory, listing, listed_at)
