@@ -71,3 +71,23 @@ def test_versioned_program_names_map_to_their_catalog_entry() -> None:
     assert ground_words(["/usr/bin/python3.12", "x.py"])[0] == "python"
     assert ground_words(["pip3", "install", "x"])[0] == "pip"
     assert ground_words(["g++-13", "-o", "a", "a.cc"])[0] == "gcc"
+
+
+def test_programs_built_on_lookup_are_those_the_data_names_aliases_included() -> None:
+    from importlib import resources
+
+    from callgate.abstraction import _catalog
+
+    data = _catalog.catalog_data(resources.files("callgate.abstraction"))
+    programs = _catalog.parse_catalog(data).programs
+    expected: dict[str, Any] = {}
+    for name, body in data["programs"].items():
+        for key in (name, *(body or {}).get("aliases", ())):
+            expected[key] = name
+    assert list(programs) == list(expected)
+    for key, name in expected.items():
+        spec = programs[key]
+        assert spec.name == name
+        assert spec is programs[name]  # an alias is the very entry of its program
+        assert spec == _catalog._program(name, data["programs"][name] or {}, {})
+    assert "no-such-program" not in programs and programs.get("no-such-program") is None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -175,14 +175,38 @@ def _program(
     )
 
 
+class _Programs(Mapping[str, ProgramSpec]):
+    """Programs by name and alias, each entry built from its data the first time it is asked
+    for: a command names one or two programs of the catalog's hundreds, and building them all
+    costs a single-call command (``callgate exec``, a hook) a few milliseconds."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._bodies: dict[str, tuple[str, Mapping[str, Any]]] = {}
+        for name, body in data.items():
+            entry = (str(name), body or {})
+            self._bodies[entry[0]] = entry
+            for alias in entry[1].get("aliases", ()):
+                self._bodies[str(alias)] = entry
+        self._built: dict[str, ProgramSpec] = {}
+
+    def __getitem__(self, key: str) -> ProgramSpec:
+        name, body = self._bodies[key]
+        spec = self._built.get(name)
+        if spec is None:  # two threads may both build it: equal entries, either is kept
+            spec = self._built[name] = _program(name, body, {})
+        return spec
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._bodies)
+
+    def __len__(self) -> int:
+        return len(self._bodies)
+
+
 def parse_catalog(data: Mapping[str, Any]) -> Catalog:
-    """Build a catalog from its data (the shape of ``catalog.yaml``)."""
-    programs: dict[str, ProgramSpec] = {}
-    for name, body in data["programs"].items():
-        spec = _program(str(name), body or {}, {})
-        programs[spec.name] = spec
-        for alias in (body or {}).get("aliases", ()):
-            programs[str(alias)] = spec
+    """Build a catalog from its data (the shape of ``catalog.yaml``); each program's entry is
+    built when it is first looked up."""
+    programs = _Programs(data["programs"])
     wrappers = {
         str(name): WrapperSpec(
             name=str(name),
