@@ -145,6 +145,8 @@ class _HttpProvider:
 
     provider = ""
     path = ""
+    #: Set when the service refuses a request without a key: how to give one.
+    key_needed = ""
 
     def __init__(
         self,
@@ -177,6 +179,8 @@ class _HttpProvider:
             raise ProviderError(
                 f"{self.model}: the API key has characters an HTTP header cannot carry"
             )
+        if self.key_needed and not api_key:
+            raise ProviderError(f"{self.model}: no API key ({self.key_needed})")
         self.__key = api_key
         self.__secrets = _secrets(api_key, parts)
 
@@ -509,24 +513,7 @@ class AnthropicProvider(_HttpProvider):
 
     provider = "anthropic"
     path = "/v1/messages"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str,
-        api_key: str | None,
-        timeout_s: float,
-        trust_env: bool,
-    ) -> None:
-        super().__init__(
-            model, base_url=base_url, api_key=api_key, timeout_s=timeout_s, trust_env=trust_env
-        )
-        if not api_key:
-            raise ProviderError(
-                f"{self.model}: no API key (pass one, or set CALLGATE_ANTHROPIC_API_KEY "
-                "or ANTHROPIC_API_KEY)"
-            )
+    key_needed = "pass one, or set CALLGATE_ANTHROPIC_API_KEY or ANTHROPIC_API_KEY"
 
     def complete(self, system: str, user: str) -> str:
         """The model's text for ``user`` under ``system``; raises :class:`ProviderError`."""
