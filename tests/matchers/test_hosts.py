@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate.matchers._hosts import check_host, host_matches, host_of
+from callgate.matchers._hosts import (
+    _parse,
+    _parse_whole,
+    _unsafe_char,
+    check_host,
+    host_matches,
+    host_of,
+)
 
 ALLOWED = ["api.github.com", "*.example.org"]
 
@@ -187,3 +194,25 @@ def test_a_wildcard_matches_exactly_the_names_strictly_below_its_suffix(
     # Appending a foreign suffix or gluing a letter onto the suffix never matches.
     assert not host_matches(host + ".evil.x0", pattern)
     assert not host_matches("x" + suffix, pattern)
+
+
+_SCHEMES = st.sampled_from(["http", "HTTPS", "ftp", "h1+x.y-z", "1http", "", "a b"])
+_JOINS = st.sampled_from(["://", "://", ":", "//", ":///", ""])
+_URL_PARTS = st.sampled_from([
+    "/", "?", "#", "@", "[", "]", ":", "::1", "%2e", "\\", " ", "\t", "a", "api.github.com",
+    "EVIL.com.", "bücher.de", "０", "ß", "user:pw@", ":8443", ":99999", ":x", "127.0.0.1",
+    "0x7f", "[::1]", "[v1.x]", ".",
+])
+
+
+@settings(max_examples=800, deadline=None)
+@given(_SCHEMES, _JOINS, st.lists(_URL_PARTS, max_size=8).map("".join))
+def test_a_host_parsed_from_its_authority_alone_is_the_host_of_the_whole_url(
+        scheme: str, join: str, rest: str) -> None:
+    # The parse of ``scheme://authority`` is remembered for every URL below it: the answer
+    # must be the one the whole URL gives, and a refusal keeps naming the whole URL.
+    url = scheme + join + rest
+    if _unsafe_char(url) is None:  # (refused before any parse)
+        expected = _parse_whole(url)
+        assert _parse(url) == expected
+        assert _parse(url) == expected  # remembered

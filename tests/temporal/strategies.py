@@ -12,20 +12,24 @@ ACTIONS = ("a", "b", "c", "d")
 VALUES: tuple[Any, ...] = ("1", "2", "M", 1, 2.0, "xM1", True)
 #: Many distinct values: an argument that takes them cannot stay part of an event's kind.
 WIDE_VALUES: tuple[Any, ...] = (*VALUES, *(f"w{i}" for i in range(40)))
+TAINTS = (frozenset(), frozenset({"web"}))
+#: Many distinct taints (the kind of a body that reads taint includes it, up to a bound).
+WIDE_TAINTS = (*TAINTS, frozenset({"rag"}), *(frozenset({"web", f"t{i}"}) for i in range(30)),
+               *(frozenset({f"t{i}"}) for i in range(10)))
 
 GROUND_ATOMS = (
     "action = a", "action = b", "action in {a, b}", "action in {c, d}", "action != c",
     "action not in {a, d}", 'x = "1"', "x = 1", 'y in {"2", "M"}', 'x != "M"',
     'y not in {"1"}', 'x ~ "?"', 'y ~ "*M*"', 'x !~ "M*"', 'output ~ "*M*"',
     'output !~ ""', "status = ok", "status != error", "status = denied", "taint has web",
-    "x > 1", "y <= 1.5", "x >= 2",
+    "x > 1", "y <= 1.5", "x >= 2", "taint has {rag, t3}",
 )
 
 
 @st.composite
 def events(draw: st.DrawFn, max_size: int = 7, wide: bool = False) -> list[Event]:
     """A short trace of typed events over a tiny vocabulary (so patterns often match); with
-    ``wide``, ``x`` takes many distinct values too."""
+    ``wide``, ``x`` and the taint take many distinct values too."""
     count = draw(st.integers(0, max_size))
     out = []
     for seq in range(1, count + 1):
@@ -36,7 +40,7 @@ def events(draw: st.DrawFn, max_size: int = 7, wide: bool = False) -> list[Event
             args=args,
             status=draw(st.sampled_from(("ok", "ok", "error", "denied"))),
             output=draw(st.sampled_from(("", "M", "xy1", "2"))),
-            taint=frozenset({"web"}) if draw(st.booleans()) else frozenset(),
+            taint=draw(st.sampled_from(WIDE_TAINTS if wide else TAINTS)),
             seq=seq,
         ))
     return out

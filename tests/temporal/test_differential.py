@@ -50,8 +50,9 @@ def test_incremental_reports_exactly_the_events_whose_requirement_fails(
 def test_bodies_specialised_by_kind_judge_as_the_direct_semantics(
     rule: str, trace: list[Event]
 ) -> None:
-    # Long traces where ``x`` takes many values: the monitor specialises the body to each
-    # kind of event, then drops ``x`` from the kind once it has seen too many of its values.
+    # Long traces where ``x`` and the taint take many values: the monitor specialises the body
+    # to each kind of event, then drops ``x`` (or the taint) from the kind once it has seen too
+    # many of its values.
     behavior = _compile(rule)
     expected = failing_events(behavior.statements[0].statement, trace)
     assert _incremental_events(behavior, trace) == expected

@@ -97,6 +97,13 @@ def normalize_host(host: str) -> str | None:
     return ascii_host
 
 
+#: ``scheme://authority``: what the host of a URL depends on (``urlsplit`` cuts the authority
+#: at the first ``/``, ``?`` or ``#``; the scheme is the part before the first ``:``).
+_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
+#: Authorities up to this length have their parse remembered.
+_CACHED_AUTHORITY = 256
+
+
 def _parse(url: str) -> tuple[str, str] | str:
     """``(scheme, host)`` of a URL, or the reason there is no trustworthy host."""
     if not isinstance(url, str):  # callers pass agent input: fail closed on anything else
@@ -104,6 +111,18 @@ def _parse(url: str) -> tuple[str, str] | str:
     bad = _unsafe_char(url)
     if bad is not None:
         return f"URL {_show(url)} contains {bad!r}, which parsers read differently"
+    # The scheme and host follow from ``scheme://authority`` alone: a host's parse is made once
+    # for all the URLs below it. A failure is parsed again whole, so its message shows the URL.
+    found = _AUTHORITY.match(url)
+    if found is not None and found.end() <= _CACHED_AUTHORITY:
+        parsed = _parse_authority(found.group())
+        if not isinstance(parsed, str):
+            return parsed
+    return _parse_whole(url)
+
+
+def _parse_whole(url: str) -> tuple[str, str] | str:
+    """``_parse`` of a URL with no unsafe character, from the whole URL."""
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - parsing the port validates it (non-numeric, out of range)
@@ -116,6 +135,9 @@ def _parse(url: str) -> tuple[str, str] | str:
     if host is None:
         return f"URL {_show(url)} has no valid host"
     return parts.scheme.lower(), host
+
+
+_parse_authority = functools.lru_cache(maxsize=4096)(_parse_whole)
 
 
 def host_of(url: str) -> str | None:

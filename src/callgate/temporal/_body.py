@@ -181,21 +181,24 @@ class _Kind:
 
 
 class _Kinds:
-    """What makes an event's kind for one body: its action, its status and the values of the
-    arguments the body compares by ``=`` / ``in``. Every such atom has one truth value on all
-    events of a kind, so the body can be specialised to the kind once (partial evaluation).
+    """What makes an event's kind for one body: its action, its status, its taint when the body
+    reads taint (``taint has …``) and the values of the arguments the body compares by ``=`` /
+    ``in``. Every such atom has one truth value on all events of a kind, so the body can be
+    specialised to the kind once (partial evaluation).
 
     An argument that takes more than ``_MAX_VALUES`` distinct values (a file name, say) stops
-    being part of the kind: its atoms are evaluated on each event instead.
+    being part of the kind: its atoms are evaluated on each event instead. So does the taint.
     """
 
-    __slots__ = ("_args", "_seen", "_tests")
+    __slots__ = ("_args", "_seen", "_taint", "_tests")
 
     def __init__(self, body: n.Body) -> None:
         atoms: list[n.Atom] = []
         _atoms(body, atoms)
         self._args = tuple(sorted({a.arg for a in atoms if isinstance(a, n.ArgIn)}))
-        self._seen: dict[str, set[object]] = {arg: set() for arg in self._args}
+        self._taint = any(isinstance(a, n.TaintHas) for a in atoms)
+        self._seen: dict[str | None, set[object]] = {arg: set() for arg in self._args}
+        self._seen[None] = set()  # the taint's values
         self._tests: dict[int, Callable[[Event], bool]] = {}
 
     def key(self, ev: Event) -> tuple[object, ...]:
@@ -203,32 +206,35 @@ class _Kinds:
         ``1`` are equal keys to Python, yet ``1`` is the number the language compares and
         ``True`` is not."""
         args = ev.args
-        return (ev.action, ev.status,
+        return (ev.action, ev.status, ev.taint if self._taint else None,
                 *(v if type(v := args.get(a, _ABSENT)) is str else (type(v), v)
                   for a in self._args))
 
     def note(self, key: tuple[object, ...]) -> bool:
-        """Count a new kind's values; True when an argument just left the kind."""
+        """Count a new kind's values; True when an argument (or the taint) just left the kind."""
         dropped = False
-        for arg, value in zip(self._args, key[2:], strict=True):
+        for arg, value in zip((None, *self._args), key[2:], strict=True):
             seen = self._seen[arg]
             seen.add(value)
             if len(seen) > _MAX_VALUES:
                 dropped = True
         if dropped:
-            kept = tuple(a for a in self._args if len(self._seen[a]) <= _MAX_VALUES)
-            self._args = kept
+            self._args = tuple(a for a in self._args if len(self._seen[a]) <= _MAX_VALUES)
+            self._taint = self._taint and len(self._seen[None]) <= _MAX_VALUES
         return dropped
 
     def known(self, ev: Event) -> Callable[[n.Atom], bool | None]:
         """The truth value of each atom the kind decides on ``ev``'s kind, None for others."""
         args = frozenset(self._args)
+        taint = self._taint
 
         def known(atom: n.Atom) -> bool | None:
             if isinstance(atom, n.ActionIn):
                 return (ev.action in atom.names) != atom.negated
             if isinstance(atom, n.StatusIs):
                 return (ev.status == atom.status) != atom.negated
+            if isinstance(atom, n.TaintHas) and taint:
+                return not atom.sources.isdisjoint(ev.taint)
             if isinstance(atom, n.ArgIn) and atom.arg in args:
                 test = self._tests.get(id(atom))
                 if test is None:
