@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NEVER = ("z3", "httpx", "starlette", "uvicorn", "mcp", "opentelemetry", "sqlglot", "psycopg")
 #: What a warm policy cache spares: the YAML parser and the loader's YAML stage.
 WARM_SPARES = ("yaml", "callgate.policy._compose")
+#: What a command given no audit log spares: the stores.
+NO_LOG_SPARES = ("callgate.audit._store", "callgate.audit._open", "sqlite3")
 CALL = {"tool": "fetch", "tool_class": "http", "action": "get",
         "parameters": {"url": "https://api.github.com/repos/x/y"}}
 STATEMENTS = """\
@@ -77,7 +79,10 @@ def test_decide_on_a_warm_cache_loads_no_yaml_and_no_extra(tmp_path: Path) -> No
     assert json.loads(warm_out)["verdict"] == "allow"
     assert warm_out == cold_out
     assert loaded_of(cold, WARM_SPARES) == list(WARM_SPARES)  # validated, then cached
-    assert loaded_of(warm, (*NEVER, *WARM_SPARES, "tree_sitter")) == []
+    assert loaded_of(warm, (*NEVER, *WARM_SPARES, *NO_LOG_SPARES, "tree_sitter")) == []
+    logged_out, logged = start([*args, "--audit", "audit.db"], tmp_path, json.dumps(CALL) + "\n")
+    assert logged_out == warm_out
+    assert loaded_of(logged, NO_LOG_SPARES) == list(NO_LOG_SPARES)
 
 
 def test_check_of_a_shell_call_on_a_warm_cache_loads_no_yaml_and_no_extra(
@@ -100,7 +105,7 @@ def test_exec_on_a_warm_cache_loads_no_yaml_and_no_extra(tmp_path: Path) -> None
     start(args, tmp_path)
     out, warm = start(args, tmp_path)
     assert out == "built\n"
-    assert loaded_of(warm, (*NEVER, *WARM_SPARES)) == []
+    assert loaded_of(warm, (*NEVER, *WARM_SPARES, *NO_LOG_SPARES)) == []
 
 
 def test_the_collector_is_on_again_once_the_command_is_loaded(tmp_path: Path) -> None:

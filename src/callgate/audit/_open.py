@@ -15,6 +15,7 @@ from callgate._errors import AuditError
 from callgate._model import Decision, ToolCall, ToolResult
 from callgate.audit._checkpoint import Checkpoint
 from callgate.audit._store import AuditRecord, AuditStore
+from callgate.audit._target import is_store_url
 from callgate.audit._verify import VerifyReport
 
 if TYPE_CHECKING:
@@ -77,11 +78,6 @@ class AuditLog(Protocol):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         """Close the store."""
-
-
-def is_store_url(target: object) -> bool:
-    """True when ``target`` names a PostgreSQL store (``postgresql://`` or ``postgres://``)."""
-    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
 
 
 def open_store(target: str | os.PathLike[str], **options: Any) -> AuditLog:

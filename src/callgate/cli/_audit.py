@@ -20,8 +20,9 @@ from callgate._errors import CallgateError
 from callgate.audit._checkpoint import key_id, public_key_of
 from callgate.audit._files import default_anchor_path, default_key_path, verify_file
 from callgate.audit._keys import create_key, display, public_path_for, public_pem, read_public_key
-from callgate.audit._open import AuditLog, is_store_url, open_store
+from callgate.audit._open import AuditLog, open_store
 from callgate.audit._store import AuditRecord, AuditStore
+from callgate.audit._target import is_store_url
 from callgate.audit._verify import VerifyReport
 from callgate.cli._common import audit_target, fail, store_option
 

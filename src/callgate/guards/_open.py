@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from callgate._errors import CallgateError
-from callgate.audit import is_store_url
+from callgate.audit._target import is_store_url
 from callgate.guards._store import FingerprintStore
 
 __all__ = ["open_fingerprints"]

@@ -24,15 +24,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import sqlite3
 import threading
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from callgate._errors import CallgateError
 from callgate.guards._decode import rot13
+
+if TYPE_CHECKING:  # SQLite is loaded only for a store kept in a file
+    import sqlite3
 
 log = logging.getLogger("callgate.guards")
 
@@ -91,6 +93,8 @@ class FingerprintStore:
             self._db = self._open(path)
 
     def _open(self, path: str) -> sqlite3.Connection:
+        import sqlite3
+
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -179,6 +183,8 @@ class FingerprintStore:
     def _persist(self, kind: str, length: int, rows: list[tuple[bytes, int, str]]) -> None:
         if self._db is None or not rows:
             return
+        import sqlite3
+
         try:
             self._db.execute("BEGIN")  # one transaction (one sync) per text, not per slice
             try:

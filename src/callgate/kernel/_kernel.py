@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from callgate._errors import AuditError, CallgateError, Denied, PolicyError, Problem
 from callgate._model import Decision, Reason, Status, TaintLabel, ToolCall, ToolResult, Witness
-from callgate.audit import AuditLog, open_store
 from callgate.guards import Guard, GuardSettings, build_guards
 from callgate.kernel._approvals import ApprovalHandler, ask
 from callgate.kernel._behavior import (
@@ -69,7 +68,10 @@ from callgate.policy._roots import root_problems
 from callgate.policy._schema import CapabilityConstraints, Policy, ToolPolicy
 from callgate.temporal import Violation
 
-if TYPE_CHECKING:  # the sandbox is loaded by the first subprocess run, not by every decision
+if TYPE_CHECKING:
+    # The audit stores are loaded when a kernel opens a log, the sandbox by the first
+    # subprocess run: a kernel that needs neither imports neither.
+    from callgate.audit import AuditLog
     from callgate.sandbox import BackendName
 
 log = logging.getLogger("callgate")
@@ -987,7 +989,11 @@ class Kernel:
         if audit is None:
             return None
         try:
-            store = open_store(audit) if isinstance(audit, str | os.PathLike) else audit
+            if isinstance(audit, str | os.PathLike):
+                from callgate.audit import open_store
+                store = open_store(audit)
+            else:
+                store = audit
             if resumed:
                 store.record_system(self.run_id, "run-resumed", {
                     "manifest_hash": self.manifest_hash, "calls": self._seq,
