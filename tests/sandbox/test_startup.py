@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -353,3 +354,98 @@ def test_a_runtime_file_inside_a_write_root_is_bound_never_copied(tmp_path: Path
     argv = bwrap.bwrap_argv(spec, ["/bin/true"], seccomp_fd=3)
     assert _binds(argv, str(tmp_path / "w" / "f")) == 1
     assert "--file" not in argv
+
+
+# -- whether bwrap can start: probed once, ahead of the decision when asked to -------------------
+
+
+@pytest.fixture()
+def fresh_probes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bwrap, "_answers", {})
+    monkeypatch.setattr(bwrap, "_started", {})
+
+
+def fake_bwrap(tmp_path: Path, body: str) -> tuple[str, Path]:
+    """A program standing in for bwrap: it notes each start (its pid) in a log, then ``body``."""
+    log = tmp_path / "starts.log"
+    program = tmp_path / "bwrap"
+    program.write_text(f"#!/bin/sh\necho $$ >> {log}\n{body}\n")
+    program.chmod(0o755)
+    return str(program), log
+
+
+def starts(log: Path) -> list[int]:
+    return [int(line) for line in log.read_text().split()] if log.exists() else []
+
+
+@pytest.mark.usefixtures("fresh_probes")
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_bwrap_that_cannot_start_is_refused_with_its_own_words(tmp_path: Path, ahead: bool):
+    program, log = fake_bwrap(tmp_path, 'echo "No permissions to create a new namespace" >&2\n'
+                                        "exit 1")
+    if ahead:
+        bwrap.probe_ahead(program)
+        bwrap.probe_ahead(program)  # one probe, however often started
+    answer = "bwrap cannot start: No permissions to create a new namespace"
+    assert bwrap.bwrap_usable(program) == answer
+    assert bwrap.bwrap_usable(program) == answer  # asked once per process
+    assert len(starts(log)) == 1
+
+
+@pytest.mark.usefixtures("fresh_probes")
+def test_a_probe_started_ahead_is_the_one_waited_for(tmp_path: Path):
+    program, log = fake_bwrap(tmp_path, "exit 0")
+    bwrap.probe_ahead(program)
+    assert bwrap.bwrap_usable(program) is None
+    bwrap.probe_ahead(program)  # known now: nothing starts
+    assert len(starts(log)) == 1
+
+
+@pytest.mark.usefixtures("fresh_probes")
+def test_a_probe_that_hangs_is_killed_and_refused(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(bwrap, "PROBE_TIMEOUT_S", 0.5)
+    program, log = fake_bwrap(tmp_path, "exec sleep 30")
+    answer = bwrap.bwrap_usable(program)
+    assert answer is not None and answer.startswith("bwrap cannot start:")
+    assert "timed out" in answer
+    (pid,) = starts(log)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped
+
+
+@pytest.mark.usefixtures("fresh_probes")
+def test_a_missing_program_is_refused_not_raised(tmp_path: Path):
+    missing = str(tmp_path / "no-such-bwrap")
+    bwrap.probe_ahead(missing)
+    answer = bwrap.bwrap_usable(missing)
+    assert answer is not None and answer.startswith("bwrap cannot start:")
+
+
+def test_a_probe_never_asked_about_is_killed_when_the_process_exits(tmp_path: Path):
+    program, log = fake_bwrap(tmp_path, "exec sleep 30")
+    script = textwrap.dedent(f"""
+        import os, time
+        from callgate.sandbox import _bwrap
+        _bwrap.probe_ahead({program!r})
+        while not os.path.exists({str(log)!r}) or not open({str(log)!r}).read():
+            time.sleep(0.01)  # until the stand-in has started
+    """)
+    done = subprocess.run([sys.executable, "-c", script], timeout=20, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    (pid,) = starts(log)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.usefixtures("fresh_probes")
+def test_a_subprocess_tool_probes_its_backend_while_the_kernel_decides(project: Project):
+    from callgate.sandbox._executor import SubprocessExecutor
+
+    real = shutil.which("bwrap")
+    assert real is not None
+    SubprocessExecutor(policy(**BUILDER), working_dir=str(project.root))
+    assert list(bwrap._started) == [os.path.abspath(real)]  # started, not yet asked
+    assert bwrap.bwrap_usable(os.path.abspath(real)) is None
+    assert bwrap._started == {}

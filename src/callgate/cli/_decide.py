@@ -71,6 +71,9 @@ def exec_(policy: str | None, preset: str | None, tool: str, audit_db: str | Non
     The tool's output passes through; the exit status is the command's, or 126 when the kernel
     denied the call or the sandbox stopped it.
     """
+    from callgate.sandbox import probe_ahead
+
+    probe_ahead(backend)  # type: ignore[arg-type]  # click.Choice; checked while the policy loads
     loaded = load_cli_policy(policy, preset, statements=False)
     kernel = kernel_for(loaded, audit=audit_target(audit_db, store_url),
                         decision_deadline_s=deadline)

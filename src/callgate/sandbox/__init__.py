@@ -39,7 +39,7 @@ from callgate.sandbox._none import none_argv, warn_unconfined
 from callgate.sandbox._runner import RawRun, run_process
 from callgate.sandbox._spec import SCAN_LIMIT, SandboxSpec, build_spec, check_supported
 
-__all__ = ["BackendName", "Sandbox", "SandboxOutcome", "available_backends"]
+__all__ = ["BackendName", "Sandbox", "SandboxOutcome", "available_backends", "probe_ahead"]
 
 BackendName = Literal["auto", "bwrap", "firejail", "none"]
 
@@ -78,6 +78,16 @@ def _locate(name: str, search_path: str | None) -> tuple[str | None, str]:
     path = os.path.abspath(path)
     problem = bwrap.bwrap_usable(path) if name == "bwrap" else firejail.firejail_usable(path)
     return (None, problem) if problem else (path, "")
+
+
+def probe_ahead(backend: BackendName = "auto", *, search_path: str | None = None) -> None:
+    """Start checking now, in a child process, whether bwrap can start here when ``backend``
+    may choose it: the check starts a whole sandbox, which then runs while the caller decides
+    the call, and ``Sandbox.for_policy`` takes its answer. Changes nothing else."""
+    if backend in ("auto", "bwrap"):
+        path = shutil.which("bwrap", path=search_path)
+        if path is not None:
+            bwrap.probe_ahead(os.path.abspath(path))
 
 
 def available_backends(*, search_path: str | None = None) -> list[str]:

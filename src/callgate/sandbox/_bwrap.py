@@ -28,6 +28,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,8 @@ GATED_TASKS = 1
 #: Stands for the seccomp descriptor in an argv built for display (bwrap refuses to start
 #: with it, so such an argv never runs without its filter).
 SECCOMP_FD_PLACEHOLDER = "<seccomp-fd>"
+#: How long the probe of whether bwrap can start here may take (seconds).
+PROBE_TIMEOUT_S = 10
 #: A runtime file this small, or a directory of at most ``COPY_MAX_ENTRIES`` such files, is
 #: copied onto the sandbox's root (``--file``, read-only once the root is remounted) rather than
 #: bound: each bind costs bwrap a mount and a pass over the whole mount table.
@@ -270,19 +273,64 @@ def bwrap_argv(
     return [*out, "--", *prefix, *argv]
 
 
-@functools.cache
+# The probe's answers by bwrap path, and probes started ahead (``probe_ahead``) not yet asked.
+_answers: dict[str, str | None] = {}
+_started: dict[str, subprocess.Popen[bytes] | OSError] = {}
+_probing = threading.Lock()
+
+
+def probe_ahead(path: str) -> None:
+    """Start ``bwrap_usable``'s probe of the bwrap at ``path`` now, in a child process, so that
+    its answer is ready when first asked: the probe starts a whole sandbox (a few
+    milliseconds), which then runs while the caller does other work. Does nothing when the
+    answer is known or the probe already started."""
+    with _probing:
+        if path not in _answers and path not in _started:
+            _started[path] = _start_probe(path)
+
+
 def bwrap_usable(path: str) -> str | None:
-    """None when the bwrap at ``path`` can start a user-namespace sandbox here, else why not."""
+    """None when the bwrap at ``path`` can start a user-namespace sandbox here, else why not
+    (asked once per process; a probe started ahead is waited for)."""
+    with _probing:
+        if path not in _answers:
+            started = _started.pop(path, None)
+            _answers[path] = _judge(_start_probe(path) if started is None else started)
+        return _answers[path]
+
+
+def _start_probe(path: str) -> subprocess.Popen[bytes] | OSError:
     # --as-pid-1: the command is the namespace's init, which bwrap's monitor reaps itself (its
     # own init would be left to this process's reaper, a zombie under a subreaper).
     probe = [path, "--unshare-user", "--unshare-pid", "--unshare-net", "--as-pid-1",
              "--ro-bind", "/", "/"]
     try:
-        done = subprocess.run(
-            [*probe, "--", "/bin/true"], capture_output=True, timeout=10, check=False, env={}
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.Popen([*probe, "--", "/bin/true"], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={})
+    except OSError as exc:
+        return exc
+
+
+def _judge(probe: subprocess.Popen[bytes] | OSError) -> str | None:
+    if isinstance(probe, OSError):
+        return f"bwrap cannot start: {probe}"
+    try:
+        _, stderr = probe.communicate(timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        probe.kill()
+        probe.communicate()
         return f"bwrap cannot start: {exc}"
-    if done.returncode != 0:
-        return f"bwrap cannot start: {done.stderr.decode('utf-8', 'replace').strip()}"
+    if probe.returncode != 0:
+        return f"bwrap cannot start: {stderr.decode('utf-8', 'replace').strip()}"
     return None
+
+
+@atexit.register
+def _reap_probes() -> None:
+    """Probes started ahead and never asked about (the call was denied): reaped at exit."""
+    with _probing:
+        for probe in _started.values():
+            if not isinstance(probe, OSError):
+                probe.kill()
+                probe.communicate()
+        _started.clear()
