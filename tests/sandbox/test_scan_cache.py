@@ -218,3 +218,11 @@ def test_a_credential_among_many_plain_names_is_found(tmp_path: Path) -> None:
     assert sorted(found) == [str(tmp_path / "deploy.env" / ".env.production"),
                              str(tmp_path / "sub" / "id_rsa")]
     assert unlistable == []
+
+
+def test_the_entry_limit_is_exact_within_one_directory(tmp_path: Path):
+    for index in range(5):
+        (tmp_path / f"f{index}").touch()
+    assert scan([str(tmp_path)], limit=5, cache=None) == ([], [])
+    with pytest.raises(SandboxError, match="more than 4"):
+        scan([str(tmp_path)], limit=4, cache=None)

@@ -186,13 +186,15 @@ class _Walk:
         parent_name = os.path.basename(directory)
         found: list[str] = []
         subdirs: list[str] = []
-        entries = 0
         seen: list[os.DirEntry[str]] = []
+        remaining = self.remaining
         with os.scandir(directory) as listed:
             for entry in listed:
-                entries += 1
-                self._count(root, 1)
                 seen.append(entry)
+                if len(seen) > remaining:  # past the limit: stop listing here
+                    self._count(root, len(seen))
+        entries = len(seen)
+        self._count(root, entries)
         # Every text ``_sensitive`` asks about an entry (``/name``, ``/parent/name``) is a
         # piece of ``/parent/name``: an entry whose path holds none of the definition's
         # literals is not sensitive, and the screen looks at all of them in one pass.
