@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -45,9 +46,13 @@ SCRIPT = """\
 import atexit, gc, json, sys
 
 def report():
+    import os
     loaded = sorted({name.partition(".")[0] for name in sys.modules} | set(sys.modules))
-    sys.stderr.write("\\nREPORT " + json.dumps({"loaded": loaded, "collecting": gc.isenabled(),
-                                                "frozen": gc.get_freeze_count()}) + "\\n")
+    loader = sys.modules.get("pydantic.plugin._loader")
+    sys.stderr.write("\\nREPORT " + json.dumps({
+        "loaded": loaded, "collecting": gc.isenabled(), "frozen": gc.get_freeze_count(),
+        "plugins_variable": os.environ.get("PYDANTIC_DISABLE_PLUGINS"),
+        "plugins_looked_up": loader is not None and loader._plugins is not None}) + "\\n")
 
 atexit.register(report)
 sys.argv = ["callgate", *sys.argv[1:]]
@@ -56,10 +61,14 @@ main()
 """
 
 
-def start(args: list[str], cwd: Path, stdin: str = "") -> tuple[str, dict[str, object]]:
-    """Run ``callgate ARGS`` in a fresh process: its output and what it reported at exit."""
+def start(args: list[str], cwd: Path, stdin: str = "", env: dict[str, str] | None = None
+          ) -> tuple[str, dict[str, object]]:
+    """Run ``callgate ARGS`` in a fresh process (the environment without
+    ``PYDANTIC_DISABLE_PLUGINS``, plus ``env``): its output and what it reported at exit."""
+    environ = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
     done = subprocess.run([sys.executable, "-c", SCRIPT, *args], input=stdin, cwd=cwd,
-                          capture_output=True, text=True, timeout=120, check=False)
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**environ, **(env or {})})
     report = done.stderr.rpartition("\nREPORT ")[2]
     assert report, done.stderr
     return done.stdout, json.loads(report)
@@ -173,3 +182,33 @@ def test_a_missing_or_damaged_catalog_json_leaves_the_yaml(tmp_path: Path,
 def test_a_catalog_json_cannot_hold_is_refused() -> None:
     with pytest.raises(ValueError, match="JSON"):
         _catalog.compiled_catalog(b"programs: {}\nwrappers: {}\nshells: []\nwhen: 2024-01-01\n")
+
+
+def test_pydantic_plugins_are_not_looked_up_and_the_environment_is_left_as_it_was(
+        tmp_path: Path) -> None:
+    shutil.copy(EXAMPLE, tmp_path / "agent.yaml")
+    args = ["decide", "--policy", "agent.yaml"]
+    out, report = start(args, tmp_path, json.dumps(CALL) + "\n")
+    assert json.loads(out)["verdict"] == "allow"
+    assert report["plugins_looked_up"] is False  # no distribution's entry points were scanned
+    assert report["plugins_variable"] is None  # what the command and its children see
+    _, chosen = start(args, tmp_path, json.dumps(CALL) + "\n",
+                      env={"PYDANTIC_DISABLE_PLUGINS": "some-plugin"})
+    assert chosen["plugins_variable"] == "some-plugin"  # a user's own setting is kept
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_exec_leaves_without_teardown_yet_runs_its_exit_handlers(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "examples" / "builder.yaml", tmp_path / "builder.yaml")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "build").mkdir()
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("callgate")), "exec", "--policy", "builder.yaml",
+         "--tool", "builder", "--", "sh", "-c", "echo out; echo err >&2; exit 3"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "TMPDIR": str(temporary)})
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+    # the sandbox made its mask directory there and removed it at exit (an exit handler)
+    assert list(temporary.iterdir()) == []
