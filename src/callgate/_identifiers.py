@@ -20,6 +20,7 @@ characters are scanned.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["MAX_IDENTIFIERS", "identifiers", "normal_identifier"]
@@ -42,17 +43,26 @@ _FILE_ENDINGS = frozenset({"txt", "md", "pdf", "doc", "docx", "csv", "json", "ya
                            "jpeg", "gif", "zip", "gz", "tar", "log", "html", "htm", "xml"})
 _FILE = (r"[A-Za-z0-9][A-Za-z0-9_.-]*\.(?:"
          + "|".join(sorted(_FILE_ENDINGS, key=len, reverse=True)) + r")")
-_FIND = re.compile(
-    rf"(?P<email>(?<![\w.%+-]){_EMAIL})|(?P<iban>\b{_IBAN}\b)"
-    rf"|(?P<file>(?<![\w@./-])(?i:{_FILE})(?![\w/-]|\.\w))|(?P<url>(?<![\w@.-]){_URL})"
-    rf"|(?P<phone>(?<![\w+]){_PHONE}(?!\w))")
-_WHOLE = {
-    "email": re.compile(_EMAIL),
-    "file": re.compile(_FILE, re.IGNORECASE),
-    "url": re.compile(_URL),
-    "iban": re.compile(_IBAN),
-    "phone": re.compile(_PHONE),
-}
+
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], dict[str, re.Pattern[str]]]:
+    """The finder of every kind and each kind's whole-text pattern, compiled on first use (a
+    process that reads no identifier, a single decision, never pays for them)."""
+    find = re.compile(
+        rf"(?P<email>(?<![\w.%+-]){_EMAIL})|(?P<iban>\b{_IBAN}\b)"
+        rf"|(?P<file>(?<![\w@./-])(?i:{_FILE})(?![\w/-]|\.\w))|(?P<url>(?<![\w@.-]){_URL})"
+        rf"|(?P<phone>(?<![\w+]){_PHONE}(?!\w))")
+    whole = {
+        "email": re.compile(_EMAIL),
+        "file": re.compile(_FILE, re.IGNORECASE),
+        "url": re.compile(_URL),
+        "iban": re.compile(_IBAN),
+        "phone": re.compile(_PHONE),
+    }
+    return find, whole
+
+
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SENTENCE_WORD = re.compile(r"[A-Z][a-z]+")
 def _normal(kind: str, text: str) -> str | None:
@@ -76,7 +86,7 @@ def _normal(kind: str, text: str) -> str | None:
 def identifiers(text: str) -> list[str]:
     """The identifiers in ``text`` in their normal forms, in order, without repeats."""
     found: dict[str, None] = {}
-    for match in _FIND.finditer(text, 0, min(len(text), MAX_SCAN)):
+    for match in _patterns()[0].finditer(text, 0, min(len(text), MAX_SCAN)):
         kind = match.lastgroup
         assert kind is not None
         for spelling in _spellings(kind, match.group()):
@@ -105,7 +115,7 @@ def normal_identifier(text: str) -> str | None:
     stripped = text.strip()
     if not stripped or len(stripped) > 2048:
         return None
-    for kind, pattern in _WHOLE.items():
+    for kind, pattern in _patterns()[1].items():
         if pattern.fullmatch(stripped):
             return _normal(kind, stripped)
     return None

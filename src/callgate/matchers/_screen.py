@@ -23,6 +23,9 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+#: ASCII capitals to small letters, nothing else (one character for one, unlike ``str.lower``).
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
 
 class Screened:
     """An RE2 expression and the literals one of which each of its matches contains.
@@ -32,7 +35,8 @@ class Screened:
     ``source`` is the expression as written (Python syntax), when it differs from RE2's.
     """
 
-    __slots__ = ("_compile", "_ignore_case", "_regex", "_screen", "literals", "source")
+    __slots__ = ("_compile", "_ignore_case", "_regex", "_screen", "_sought", "literals",
+                 "source")
 
     def __init__(self, regex: Any, literals: Iterable[str], *, ignore_case: bool,
                  source: str | None = None) -> None:
@@ -45,6 +49,9 @@ class Screened:
         self._ignore_case = ignore_case
         flags = re.IGNORECASE | re.ASCII if ignore_case else 0
         self._screen = re.compile("|".join(re.escape(lit) for lit in self.literals), flags)
+        # what ``possible_each`` looks for: the literals, ASCII letters lower-cased if need be
+        self._sought = tuple(dict.fromkeys(
+            lit.translate(_ASCII_LOWER) if ignore_case else lit for lit in self.literals))
 
     @classmethod
     def later(cls, source: str, compile_regex: Callable[[str], Any], literals: Iterable[str],
@@ -63,16 +70,24 @@ class Screened:
         return self._screen.search(text) is not None
 
     def possible_each(self, texts: Sequence[str]) -> list[bool]:
-        """``[self.possible(t) for t in texts]``, found by one pass of the screen over the
-        texts joined by line ends: no literal holds a line end, so every hit lies inside one
-        text, and a text's own literal is either a hit or overlaps one (then in that text)."""
+        """``[self.possible(t) for t in texts]``, found by looking for each literal in the
+        texts joined by line ends (ASCII letters lower-cased first when the screen ignores
+        case, which keeps every offset): no literal holds a line end, so every occurrence
+        lies inside one text, and once a text is marked the search goes on after it."""
         flags = [False] * len(texts)
         if not texts:
             return flags
         ends = list(itertools.accumulate(len(text) + 1 for text in texts))
-        for hit in self._screen.finditer("\n".join(texts)):
-            flags[bisect.bisect_right(ends, hit.start())] = True
+        joined = "\n".join(texts)
         if self._ignore_case:
+            joined = joined.translate(_ASCII_LOWER)
+        for literal in self._sought:
+            at = joined.find(literal)
+            while at >= 0:
+                index = bisect.bisect_right(ends, at)
+                flags[index] = True
+                at = joined.find(literal, ends[index])
+        if self._ignore_case and not joined.isascii():
             for i, text in enumerate(texts):
                 if not flags[i] and not text.isascii():
                     flags[i] = True
