@@ -199,11 +199,14 @@ class _Walk:
         # piece of ``/parent/name``: an entry whose path holds none of the definition's
         # literals is not sensitive, and the screen looks at all of them in one pass.
         asked = SENSITIVE_PATH.possible_each([f"/{parent_name}/{entry.name}" for entry in seen])
-        for entry, ask in zip(seen, asked, strict=True):
-            if ask and _sensitive(parent_name, entry.name):
-                found.append(entry.path)
-            elif entry.is_dir(follow_symlinks=False):
-                subdirs.append(entry.path)
+        if True in asked:
+            for entry, ask in zip(seen, asked, strict=True):
+                if ask and _sensitive(parent_name, entry.name):
+                    found.append(entry.path)
+                elif entry.is_dir(follow_symlinks=False):
+                    subdirs.append(entry.path)
+        else:  # the common case: no entry to look at more closely
+            subdirs = [entry.path for entry in seen if entry.is_dir(follow_symlinks=False)]
         listing = Listing(stamp, entries, tuple(found), tuple(subdirs))
         if self.cache is not None:
             self.cache.put(directory, listing, listed_at)

@@ -69,7 +69,8 @@ def _host_shells(shells_file: str, stamps: tuple[tuple[int, int, int], ...]) -> 
     del stamps  # the cache key: the watched paths as they are now
     candidates = _listed(shells_file)
     candidates += [os.path.join(d, name) for d in PROGRAM_DIRS for name in SHELL_NAMES]
-    real = {os.path.realpath(path) for path in candidates}
+    # (a name that is not there is dropped by one ``stat`` before any is resolved)
+    real = {os.path.realpath(path) for path in candidates if os.path.isfile(path)}
     return frozenset(path for path in real if os.path.isfile(path))
 
 
