@@ -7,7 +7,13 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from callgate._identifiers import MAX_IDENTIFIERS, identifiers, normal_identifier
+from callgate._identifiers import (
+    MAX_IDENTIFIERS,
+    _patterns,
+    identifiers,
+    may_be_identifier,
+    normal_identifier,
+)
 
 
 @pytest.mark.parametrize(("spellings", "normal"), [
@@ -60,3 +66,15 @@ def test_a_host_whose_inner_label_is_a_file_ending_is_one_host_and_a_file_name_i
     assert identifiers("mail a.sh.com or docs.pdf.example.org") == ["a.sh.com",
                                                                     "docs.pdf.example.org"]
     assert identifiers("run a.sh, then read report.txt.") == ["a.sh", "report.txt"]
+
+
+@given(st.text(alphabet=st.sampled_from(list("abcXYZ09+-_ ()/:@.%é٣")), max_size=30))
+@example("user@example.org")
+@example("report.pdf")
+@example("+1 555 123 4567")
+@example("DE44500105175407324931")
+def test_a_text_ruled_out_without_the_patterns_matches_none_of_them(text: str) -> None:
+    stripped = text.strip()
+    if not may_be_identifier(stripped):
+        assert not any(pattern.fullmatch(stripped) for pattern in _patterns()[1].values())
+        assert normal_identifier(text) is None

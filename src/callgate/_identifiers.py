@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["MAX_IDENTIFIERS", "identifiers", "normal_identifier"]
+__all__ = ["MAX_IDENTIFIERS", "identifiers", "may_be_identifier", "normal_identifier"]
 
 #: Identifiers taken from one text; the rest are not traced.
 MAX_IDENTIFIERS = 64
@@ -109,11 +109,18 @@ def _spellings(kind: str, text: str) -> list[str]:
     return [text]
 
 
+def may_be_identifier(text: str) -> bool:
+    """False only when no kind can match the whole of ``text``: an e-mail address has an
+    ``@``, a file name and a host a ``.``, an IBAN and a phone number digits. (Most words a
+    statement compares with, ``http`` or ``post``, are then decided without the patterns.)"""
+    return "@" in text or "." in text or any(c.isdigit() for c in text)
+
+
 def normal_identifier(text: str) -> str | None:
     """The normal form of ``text`` when the whole of it (spaces around aside) is one
     identifier, else None."""
     stripped = text.strip()
-    if not stripped or len(stripped) > 2048:
+    if not stripped or len(stripped) > 2048 or not may_be_identifier(stripped):
         return None
     for kind, pattern in _patterns()[1].items():
         if pattern.fullmatch(stripped):
