@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -77,3 +78,25 @@ def test_grounding_any_words_never_raises(words: list[str]) -> None:
         action, args = ground_words([program, *words])
         assert action
         assert isinstance(args["flags"], list) and isinstance(args["positionals"], list)
+
+
+def test_an_index_without_provenance_finds_flows_but_reads_no_identifier(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from callgate.abstraction import _flow
+
+    def forbidden(text: str) -> list[str]:
+        raise AssertionError("an index without provenance looked for identifiers")
+
+    monkeypatch.setattr(_flow, "identifiers", forbidden)
+    index = FlowIndex(provenance=False)
+    index.add(3, "write to alice@example.org about invoice-2024-001 now", frozenset({"email"}))
+    assert (3, frozenset({"email"})) in index.sources("invoice-2024-001")
+    with pytest.raises(ValueError, match="without provenance"):
+        index.origins("alice@example.org")
+
+
+def test_an_index_with_provenance_remembers_where_an_identifier_first_appeared() -> None:
+    index = FlowIndex()
+    index.add(3, "write to alice@example.org", frozenset({"email"}))
+    index.add(4, "alice@example.org again", frozenset({"web"}))
+    assert index.origins("alice@example.org")[0] == (frozenset({"email"}),)

@@ -139,7 +139,7 @@ class Abstractor:
             raise ValueError("output_bound must not be negative")
         self.output_bound = output_bound
         self._ctx = ScriptContext(resolve=resolve_scripts, working_dir=working_dir)
-        self._index = FlowIndex()
+        self._index = FlowIndex(provenance=provenance)
         self._seq = 0
         self._outputs = dict(outputs or {})
         self._provenance = provenance

@@ -96,7 +96,15 @@ class FlowIndex:
     """An index of earlier content: "which earlier outputs contain this value" (flow) and
     "where did this value first appear" (provenance)."""
 
-    def __init__(self, *, index_chars: int = 262_144, budget_chars: int = 64_000_000) -> None:
+    #: Whether first appearances are remembered (a state suspended before the setting existed
+    #: remembered them).
+    _remembers = True
+
+    def __init__(self, *, index_chars: int = 262_144, budget_chars: int = 64_000_000,
+                 provenance: bool = True) -> None:
+        # First appearances serve provenance alone (``origins``): without it, an output's
+        # identifiers are not looked for at all.
+        self._remembers = provenance
         self._index_chars = index_chars
         self._budget = budget_chars
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
@@ -125,7 +133,8 @@ class FlowIndex:
                 break
             piece = whole[:left]
             left -= len(piece)
-            self._remember(seq, piece, labels)
+            if self._remembers:
+                self._remember(seq, piece, labels)
             if len(piece) >= MIN_VALUE_CHARS:
                 self._add_entry(seq, piece, taint | labels, labels)
 
@@ -168,7 +177,11 @@ class FlowIndex:
 
     def origins(self, value: str) -> tuple[Pieces, Pieces]:
         """Where each piece of ``value`` first appeared: each identifier in it, then the value
-        itself (or, for a long value, each quoted passage of it); and the identifiers' alone."""
+        itself (or, for a long value, each quoted passage of it); and the identifiers' alone.
+        Raises ``ValueError`` on an index made without provenance: it remembers none."""
+        if not self._remembers:
+            raise ValueError("this index was made without provenance: it remembers no first "
+                             "appearance")
         links = tuple(_labels(self._firsts.get(f"id:{ident}")) for ident in identifiers(value))
         stripped = value.strip()
         if not stripped or normal_identifier(stripped) is not None:
