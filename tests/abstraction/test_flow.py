@@ -100,3 +100,10 @@ def test_an_index_with_provenance_remembers_where_an_identifier_first_appeared()
     index.add(3, "write to alice@example.org", frozenset({"email"}))
     index.add(4, "alice@example.org again", frozenset({"web"}))
     assert index.origins("alice@example.org")[0] == (frozenset({"email"}),)
+
+
+@given(st.text(max_size=60) | st.text(alphabet="AbZz09_ -.İß\u212a", max_size=60))
+def test_words_are_folded_as_they_would_be_one_by_one(text: str) -> None:
+    from callgate.abstraction._flow import _folded_tokens
+
+    assert _folded_tokens(text) == [t.casefold() for t in re.findall(r"\w+", text)]

@@ -142,7 +142,7 @@ class FlowIndex:
                    *, whole: bool = False) -> None:
         key = self._next
         self._next += 1
-        tokens = [t.casefold() for t in _TOKEN.findall(text)]
+        tokens = _folded_tokens(text)
         self._entries[key] = _Entry(seq, text, taint, labels, whole, _spaced(tokens))
         self._size += len(text)
         for token in set(tokens):
@@ -278,6 +278,15 @@ def _labels(first: tuple[int, frozenset[str]] | None) -> frozenset[str]:
     if first is None:
         return frozenset({UNSEEN})
     return first[1] or frozenset({TRUSTED})
+
+
+def _folded_tokens(text: str) -> list[str]:
+    """The words of ``text``, each case folded. ASCII text is folded whole first (the same
+    words: folding ASCII changes no character's class nor any length); elsewhere word by word,
+    since folding can split a word (``İ`` folds to ``i`` and a combining dot)."""
+    if text.isascii():
+        return _TOKEN.findall(text.lower())
+    return [t.casefold() for t in _TOKEN.findall(text)]
 
 
 def _spaced(tokens: list[str]) -> str:
