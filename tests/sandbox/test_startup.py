@@ -422,11 +422,13 @@ def test_a_missing_program_is_refused_not_raised(tmp_path: Path):
     assert answer is not None and answer.startswith("bwrap cannot start:")
 
 
-def test_a_probe_never_asked_about_is_killed_when_the_process_exits(tmp_path: Path):
+def test_a_probe_never_asked_about_that_hangs_is_killed_when_the_process_exits(
+        tmp_path: Path):
     program, log = fake_bwrap(tmp_path, "exec sleep 30")
     script = textwrap.dedent(f"""
         import os, time
         from callgate.sandbox import _bwrap
+        _bwrap.PROBE_TIMEOUT_S = 0.5
         _bwrap.probe_ahead({program!r})
         while not os.path.exists({str(log)!r}) or not open({str(log)!r}).read():
             time.sleep(0.01)  # until the stand-in has started
@@ -439,13 +441,35 @@ def test_a_probe_never_asked_about_is_killed_when_the_process_exits(tmp_path: Pa
         os.kill(pid, 0)
 
 
+def test_a_process_that_exits_as_soon_as_it_started_a_real_probe_exits(tmp_path: Path):
+    # Killing bwrap while it sets its sandbox up can leave the sandbox's first process holding
+    # the probe's pipes: exit waits for the probe instead, and never reads a killed one's pipes.
+    real = shutil.which("bwrap")
+    assert real is not None
+    for step in range(40):  # exit at every moment of the probe's first milliseconds
+        script = ("import time\nfrom callgate.sandbox import _bwrap\n"
+                  f"_bwrap.probe_ahead({os.path.abspath(real)!r})\n"
+                  f"time.sleep({step * 0.0004})\n")
+        done = subprocess.run([sys.executable, "-c", script], timeout=20, capture_output=True,
+                              text=True, check=False)
+        assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.usefixtures("fresh_probes")
-def test_a_subprocess_tool_probes_its_backend_while_the_kernel_decides(project: Project):
-    from callgate.sandbox._executor import SubprocessExecutor
+def test_a_subprocess_run_starts_its_backends_probe_before_the_kernel_decides(project: Project):
+    from callgate import Denied, Kernel
+    from callgate.policy._schema import Policy
 
     real = shutil.which("bwrap")
     assert real is not None
-    SubprocessExecutor(policy(**BUILDER), working_dir=str(project.root))
-    assert list(bwrap._started) == [os.path.abspath(real)]  # started, not yet asked
+    refusing = Policy.model_validate({
+        "name": "t", "version": 1,
+        "principal": {"name": "a", "capabilities": [{"tool_class": "shell", "actions": ["exec"]}]},
+        "rules": [{"id": "no", "match": {"tool": ["builder"]}, "decision": "deny",
+                   "reason": "not today"}],
+        "tools": {"builder": BUILDER}})
+    with Kernel(refusing, working_dir=str(project.root)) as kernel, pytest.raises(Denied):
+        kernel.run_subprocess("builder", ["/bin/true"])
+    assert list(bwrap._started) == [os.path.abspath(real)]  # started, and never asked
     assert bwrap.bwrap_usable(os.path.abspath(real)) is None
     assert bwrap._started == {}

@@ -507,8 +507,10 @@ class Kernel:
         Raises ``Denied`` when the kernel denies the call or the sandbox stopped it while
         running (then ``Denied.result`` holds its output).
         """
+        from callgate.sandbox import probe_ahead
         from callgate.sandbox._executor import SubprocessExecutor
 
+        probe_ahead(backend)  # whether the backend can start here is checked while we decide
         executor = SubprocessExecutor(self._registry.get(tool), working_dir=self.working_dir,
                                       backend=backend, allow_unconfined=allow_unconfined,
                                       stdin=stdin)

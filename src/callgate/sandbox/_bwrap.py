@@ -317,20 +317,33 @@ def _judge(probe: subprocess.Popen[bytes] | OSError) -> str | None:
     try:
         _, stderr = probe.communicate(timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
-        probe.kill()
-        probe.communicate()
+        _stop(probe)
         return f"bwrap cannot start: {exc}"
     if probe.returncode != 0:
         return f"bwrap cannot start: {stderr.decode('utf-8', 'replace').strip()}"
     return None
 
 
+def _stop(probe: subprocess.Popen[bytes]) -> None:
+    """Kill a probe and reap it without reading its pipes: a bwrap killed while it sets up can
+    leave its sandbox's first process holding them open (reading would wait for ever)."""
+    probe.kill()
+    probe.wait()
+    for pipe in (probe.stdout, probe.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
 @atexit.register
 def _reap_probes() -> None:
-    """Probes started ahead and never asked about (the call was denied): reaped at exit."""
+    """Probes started ahead and never asked about (the call was denied) are waited for at exit
+    (they take milliseconds), and killed past the probe's timeout."""
     with _probing:
         for probe in _started.values():
-            if not isinstance(probe, OSError):
-                probe.kill()
-                probe.communicate()
+            if isinstance(probe, OSError):
+                continue
+            try:
+                probe.communicate(timeout=PROBE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                _stop(probe)
         _started.clear()

@@ -17,7 +17,7 @@ from typing import Any
 from callgate._errors import SandboxError
 from callgate._model import Status, ToolCall, ToolResult
 from callgate.policy._schema import ToolPolicy
-from callgate.sandbox import BackendName, Sandbox, SandboxOutcome, probe_ahead
+from callgate.sandbox import BackendName, Sandbox, SandboxOutcome
 
 #: Bytes of stdout / stderr kept in the result (the sandbox's own output limit stops floods).
 MAX_KEPT_OUTPUT = 1 << 20
@@ -46,8 +46,6 @@ class SubprocessExecutor:
         self._backend: BackendName = backend
         self._allow_unconfined = allow_unconfined
         self._stdin = stdin
-        if policy is not None:  # the backend's check runs while the kernel decides the call
-            probe_ahead(backend)
 
     def __call__(self, call: ToolCall) -> ToolResult:
         return self.execute(call)
