@@ -15,6 +15,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -441,18 +442,35 @@ def test_a_probe_never_asked_about_that_hangs_is_killed_when_the_process_exits(
         os.kill(pid, 0)
 
 
-def test_a_process_that_exits_as_soon_as_it_started_a_real_probe_exits(tmp_path: Path):
-    # Killing bwrap while it sets its sandbox up can leave the sandbox's first process holding
-    # the probe's pipes: exit waits for the probe instead, and never reads a killed one's pipes.
-    real = shutil.which("bwrap")
-    assert real is not None
-    for step in range(40):  # exit at every moment of the probe's first milliseconds
-        script = ("import time\nfrom callgate.sandbox import _bwrap\n"
-                  f"_bwrap.probe_ahead({os.path.abspath(real)!r})\n"
-                  f"time.sleep({step * 0.0004})\n")
-        done = subprocess.run([sys.executable, "-c", script], timeout=20, capture_output=True,
-                              text=True, check=False)
-        assert done.returncode == 0, done.stderr
+# A bwrap killed while it sets its sandbox up can leave the sandbox's first process alive and
+# holding the probe's pipes: the stand-in starts such a holder, then hangs.
+HOLDER = "sleep 30 &\nexec sleep 30"
+
+
+@pytest.mark.usefixtures("fresh_probes")
+def test_a_hung_probe_whose_sandbox_holds_its_pipes_is_refused_without_waiting_on_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(bwrap, "PROBE_TIMEOUT_S", 0.5)
+    program, _ = fake_bwrap(tmp_path, HOLDER)
+    started = time.monotonic()
+    answer = bwrap.bwrap_usable(program)
+    assert answer is not None and "timed out" in answer
+    assert time.monotonic() - started < 10
+
+
+def test_a_process_whose_unasked_probe_holds_its_pipes_still_exits(tmp_path: Path):
+    program, log = fake_bwrap(tmp_path, HOLDER)
+    script = textwrap.dedent(f"""
+        import os, time
+        from callgate.sandbox import _bwrap
+        _bwrap.PROBE_TIMEOUT_S = 0.5
+        _bwrap.probe_ahead({program!r})
+        while not os.path.exists({str(log)!r}) or not open({str(log)!r}).read():
+            time.sleep(0.01)  # until the stand-in has started
+    """)
+    done = subprocess.run([sys.executable, "-c", script], timeout=20, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.usefixtures("fresh_probes")
