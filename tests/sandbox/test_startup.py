@@ -423,9 +423,9 @@ def test_a_missing_program_is_refused_not_raised(tmp_path: Path):
     assert answer is not None and answer.startswith("bwrap cannot start:")
 
 
-def test_a_probe_never_asked_about_that_hangs_is_killed_when_the_process_exits(
-        tmp_path: Path):
-    program, log = fake_bwrap(tmp_path, "exec sleep 30")
+def exit_once_probed(program: str, log: Path) -> None:
+    """A process that starts a probe of ``program`` ahead (timeout 0.5 s), never asks about it,
+    and exits once the stand-in has started: it must exit, and cleanly."""
     script = textwrap.dedent(f"""
         import os, time
         from callgate.sandbox import _bwrap
@@ -437,6 +437,12 @@ def test_a_probe_never_asked_about_that_hangs_is_killed_when_the_process_exits(
     done = subprocess.run([sys.executable, "-c", script], timeout=20, capture_output=True,
                           text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_probe_never_asked_about_that_hangs_is_killed_when_the_process_exits(
+        tmp_path: Path):
+    program, log = fake_bwrap(tmp_path, "exec sleep 30")
+    exit_once_probed(program, log)
     (pid,) = starts(log)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
@@ -460,17 +466,7 @@ def test_a_hung_probe_whose_sandbox_holds_its_pipes_is_refused_without_waiting_o
 
 def test_a_process_whose_unasked_probe_holds_its_pipes_still_exits(tmp_path: Path):
     program, log = fake_bwrap(tmp_path, HOLDER)
-    script = textwrap.dedent(f"""
-        import os, time
-        from callgate.sandbox import _bwrap
-        _bwrap.PROBE_TIMEOUT_S = 0.5
-        _bwrap.probe_ahead({program!r})
-        while not os.path.exists({str(log)!r}) or not open({str(log)!r}).read():
-            time.sleep(0.01)  # until the stand-in has started
-    """)
-    done = subprocess.run([sys.executable, "-c", script], timeout=20, capture_output=True,
-                          text=True, check=False)
-    assert done.returncode == 0, done.stderr
+    exit_once_probed(program, log)
 
 
 @pytest.mark.usefixtures("fresh_probes")

@@ -192,60 +192,58 @@ def _decoded(variants: tuple[bytes, ...]) -> list[str]:
     """
     hex_in: list[bytes] = []
     b64_in: list[bytes] = []
-    sizes: list[tuple[tuple[int, int], ...]] = []
+    cuts: list[tuple[int, int, int]] = []  # (0 hex or 1 base64, bytes kept, stride), in order
     for text in variants:
         digits = text.translate(None, _NOT_HEX)
-        hex_plan = _hex_plan(len(digits))
-        for first, stop in hex_plan[0]:
-            hex_in.append(digits[first:stop])
+        pieces, hex_cuts = _hex_plan(len(digits))
+        hex_in.extend(digits[first:stop] for first, stop in pieces)
         body = text.translate(_URLSAFE)
-        b64_plan = _b64_plan(len(body))
-        for first, stop, fill in b64_plan[0]:
+        filled, b64_cuts = _b64_plan(len(body))
+        for first, stop, fill in filled:
             b64_in.append(body[first:stop])
             b64_in.append(fill)
-        sizes.append(hex_plan[1])
-        sizes.append(b64_plan[1])
-    hex_out = binascii.unhexlify(b"".join(hex_in))
-    b64_out = binascii.a2b_base64(b"".join(b64_in), strict_mode=True)
+        cuts += hex_cuts
+        cuts += b64_cuts
+    outputs = (binascii.unhexlify(b"".join(hex_in)),
+               binascii.a2b_base64(b"".join(b64_in), strict_mode=True))
     raws: list[bytes] = []
     at = [0, 0]
-    for i, cut in enumerate(sizes):
-        out, side = (b64_out, 1) if i & 1 else (hex_out, 0)
+    for side, kept, stride in cuts:
         here = at[side]
-        for n, stride in cut:
-            raws.append(out[here:here + n])
-            here += stride
-        at[side] = here
+        raws.append(outputs[side][here:here + kept])
+        at[side] = here + stride
     return _printable(raws)
 
 
 @functools.lru_cache(maxsize=1024)
-def _hex_plan(count: int) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
-    """For ``count`` hex digits: the pieces read (start, stop) and, for each, the bytes it
-    gives and its stride in the joint output (the same)."""
+def _hex_plan(count: int) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int, int], ...]]:
+    """For ``count`` hex digits: the pieces read (start, stop) and, for each, its cut of the
+    joint hex output (0, bytes it gives, the same as its stride)."""
     pieces = []
     for start in (0, 1):
         usable = (count - start) // 2 * 2
         if usable >= 12:
             pieces.append((start, start + usable))
-    return tuple(pieces), tuple(((stop - start) // 2,) * 2 for start, stop in pieces)
+    return tuple(pieces), tuple((0, (stop - start) // 2, (stop - start) // 2)
+                                for start, stop in pieces)
 
 
 @functools.lru_cache(maxsize=1024)
-def _b64_plan(size: int) -> tuple[tuple[tuple[int, int, bytes], ...], tuple[tuple[int, int], ...]]:
+def _b64_plan(size: int
+              ) -> tuple[tuple[tuple[int, int, bytes], ...], tuple[tuple[int, int, int], ...]]:
     """For ``size`` base64 characters: the pieces read (start, stop, fill to whole quanta) and,
-    for each, the bytes its own characters give and its stride in the joint output (those
-    bytes and what its fill gave)."""
+    for each, its cut of the joint base64 output (1, bytes its own characters give, stride:
+    those bytes and what its fill gave)."""
     pieces = []
-    strides: list[tuple[int, int]] = []
+    cuts = []
     for start in range(4):
         end = size - 1 if (size - start) % 4 == 1 else size
         chars = end - start
         if chars < 8:
             continue
         pieces.append((start, end, _FILL[-chars % 4]))
-        strides.append((chars * 3 // 4, (chars + 3) // 4 * 3))
-    return tuple(pieces), tuple(strides)
+        cuts.append((1, chars * 3 // 4, (chars + 3) // 4 * 3))
+    return tuple(pieces), tuple(cuts)
 
 
 def _printable(raws: list[bytes]) -> list[str]:

@@ -72,10 +72,9 @@ class SandboxOutcome:
 
 def _locate(name: str, search_path: str | None) -> tuple[str | None, str]:
     """(absolute path of a backend that can start, or None; why not)."""
-    path = shutil.which(name, path=search_path)
+    path = _executable(name, search_path)
     if path is None:
         return None, f"{name} is not installed"
-    path = os.path.abspath(path)
     problem = bwrap.bwrap_usable(path) if name == "bwrap" else firejail.firejail_usable(path)
     return (None, problem) if problem else (path, "")
 
@@ -84,10 +83,14 @@ def probe_ahead(backend: BackendName = "auto", *, search_path: str | None = None
     """Start checking now, in a child process, whether bwrap can start here when ``backend``
     may choose it: the check starts a whole sandbox, which then runs while the caller decides
     the call, and ``Sandbox.for_policy`` takes its answer. Changes nothing else."""
-    if backend in ("auto", "bwrap"):
-        path = shutil.which("bwrap", path=search_path)
-        if path is not None:
-            bwrap.probe_ahead(os.path.abspath(path))
+    if backend in ("auto", "bwrap") and (path := _executable("bwrap", search_path)) is not None:
+        bwrap.probe_ahead(path)
+
+
+def _executable(name: str, search_path: str | None) -> str | None:
+    """The absolute path of the program ``name`` on ``search_path`` (default ``PATH``)."""
+    found = shutil.which(name, path=search_path)
+    return None if found is None else os.path.abspath(found)
 
 
 def available_backends(*, search_path: str | None = None) -> list[str]:

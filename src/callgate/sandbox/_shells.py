@@ -69,9 +69,9 @@ def _host_shells(shells_file: str, stamps: tuple[tuple[int, int, int], ...]) -> 
     del stamps  # the cache key: the watched paths as they are now
     candidates = _listed(shells_file)
     candidates += [os.path.join(d, name) for d in PROGRAM_DIRS for name in SHELL_NAMES]
-    # (a name that is not there is dropped by one ``stat`` before any is resolved)
-    real = {os.path.realpath(path) for path in candidates if os.path.isfile(path)}
-    return frozenset(path for path in real if os.path.isfile(path))
+    # (``isfile`` follows links: a name that leads to no regular file is dropped by one ``stat``
+    # before anything is resolved)
+    return frozenset(os.path.realpath(path) for path in candidates if os.path.isfile(path))
 
 
 def _resolve(program: str, env: Mapping[str, str], working_dir: str) -> str | None:
