@@ -93,3 +93,21 @@ def test_check_pending_changes_nothing_and_only_commits_count(
         monitor.commit(ev)
     online.update(e for v in monitor.finish() for e in v.events)
     assert online == _incremental_events(behavior, trace)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rules=st.lists(always_statement(), min_size=2, max_size=4),
+       trace=events(max_size=40, wide=True))
+def test_bodies_in_one_set_each_judge_as_the_direct_semantics(
+    rules: list[str], trace: list[Event]
+) -> None:
+    # Several bodies in one monitor: the statements an event's kind is quiet on are skipped for
+    # every later event of that kind, so a kind must be told apart by everything one body reads.
+    behavior = compile_behavior(
+        [BehaviorStatement(id=f"s{i}", rule=rule) for i, rule in enumerate(rules)])
+    found: dict[str, set[int]] = {}
+    for v in behavior.check_trace(trace):
+        assert v.kind == "violation"
+        found.setdefault(v.statement, set()).update(v.events)
+    for i, compiled in enumerate(behavior.statements):
+        assert found.get(f"s{i}", set()) == failing_events(compiled.statement, trace)

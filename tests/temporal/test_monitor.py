@@ -239,3 +239,27 @@ def test_a_part_of_the_body_without_a_nested_future_still_blocks_online() -> Non
     assert monitor.check_pending(Event(seq=4, action="q")) == []
     monitor.commit(Event(seq=4, action="q"))
     assert [v.events for v in monitor.finish()] == [(3,)]
+
+
+@pytest.mark.parametrize(("quiet", "loud"), [
+    (Event("x", {}, "ok", taint=frozenset()), Event("x", {}, "ok", taint=frozenset({"web"}))),
+    (Event("x", {"mode": "r"}), Event("x", {"mode": "w"})),
+    (Event("x", {"mode": 1}), Event("x", {"mode": "1"})),
+    (Event("x", {}, "ok"), Event("x", {}, "denied")),
+])
+def test_a_kind_quiet_for_every_body_is_told_apart_from_one_that_is_not(
+    quiet: Event, loud: Event
+) -> None:
+    # Each pair differs only in what one body reads: the first event is quiet for both bodies,
+    # the second is what the first body's ``once`` waits for.
+    monitor = compile_behavior([
+        BehaviorStatement(id="after", rule='always(not (action = b and once(action = x and '
+                                            '(taint has web or mode = "w" or mode = "1" '
+                                            'or status = denied))))'),
+        BehaviorStatement(id="other", rule="always(not (action = c and once(action = d)))"),
+    ]).monitor()
+    for event in (quiet, quiet, loud):
+        assert monitor.check_pending(event) == []
+        monitor.commit(event)
+    found = monitor.check_pending(Event("b", {}))
+    assert [(v.statement, v.events) for v in found] == [("after", (4,))]

@@ -7,7 +7,9 @@ A draft is an event before numbering, status, output and value flow are attached
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,11 +83,28 @@ class ScriptContext:
     working_dir: str | None = None
 
 
+#: ``scheme://authority``: all that a URL's host depends on (``urlsplit`` ends the authority at
+#: the first ``/``, ``?`` or ``#``), so a host's parse is made once for all the URLs below it.
+_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
+#: Authorities up to this length have their host remembered.
+_CACHED_AUTHORITY = 256
+
+
 def _host_of(url: Any) -> str | None:
+    """The host ``urlsplit`` reads in ``url`` (a URL without ``://`` is read as a bare host)."""
     if not isinstance(url, str):
         return None
+    text = url if "://" in url else f"//{url}"
+    found = _AUTHORITY.match(text)
+    if found is not None and found.end() <= _CACHED_AUTHORITY:
+        return _hostname(found.group())
+    return _hostname.__wrapped__(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _hostname(url: str) -> str | None:
     try:
-        return urlsplit(url if "://" in url else f"//{url}").hostname
+        return urlsplit(url).hostname
     except ValueError:
         return None
 

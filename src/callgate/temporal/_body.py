@@ -106,6 +106,19 @@ class AlwaysMonitor:
             return lambda ev, pos: 0
         return self._compile(body)
 
+    @property
+    def kind_args(self) -> tuple[str, ...]:
+        """The arguments whose values are part of an event's kind for this body (at the start:
+        an argument of too many values leaves it later)."""
+        return self._kinds.args
+
+    def quiet_on(self, ev: Event) -> bool:
+        """Whether ``ev`` is quiet here: the body is true on it whatever the past and the future,
+        and no ``once`` / ``eventually`` operand holds on it (so it changes nothing). The same
+        holds of every event that agrees with ``ev`` on its action, status, taint and the values
+        of ``kind_args``: the answer depends on nothing else."""
+        return self._kind(ev).quiet
+
     # -- monitoring -----------------------------------------------------------------------
     def pending(self, ev: Event, pos: int) -> tuple[tuple[int, ...], object]:
         """Positions failing for good once ``ev`` happens at ``pos``, and the plan to commit it."""
@@ -190,25 +203,21 @@ class _Kinds:
     being part of the kind: its atoms are evaluated on each event instead. So does the taint.
     """
 
-    __slots__ = ("_args", "_seen", "_taint", "_tests")
+    __slots__ = ("_args", "_seen", "_taint", "_tests", "args")
 
     def __init__(self, body: n.Body) -> None:
         atoms: list[n.Atom] = []
         _atoms(body, atoms)
         self._args = tuple(sorted({a.arg for a in atoms if isinstance(a, n.ArgIn)}))
+        self.args = self._args  # as at the start (``_args`` may shrink)
         self._taint = any(isinstance(a, n.TaintHas) for a in atoms)
         self._seen: dict[str | None, set[object]] = {arg: set() for arg in self._args}
         self._seen[None] = set()  # the taint's values
         self._tests: dict[int, Callable[[Event], bool]] = {}
 
     def key(self, ev: Event) -> tuple[object, ...]:
-        """The event's kind. A value that is not a string goes with its type: ``True`` and
-        ``1`` are equal keys to Python, yet ``1`` is the number the language compares and
-        ``True`` is not."""
-        args = ev.args
-        return (ev.action, ev.status, ev.taint if self._taint else None,
-                *(v if type(v := args.get(a, _ABSENT)) is str else (type(v), v)
-                  for a in self._args))
+        """The event's kind (see ``kind_key``)."""
+        return kind_key(ev, self._args, taint=self._taint)
 
     def note(self, key: tuple[object, ...]) -> bool:
         """Count a new kind's values; True when an argument (or the taint) just left the kind."""
@@ -243,6 +252,15 @@ class _Kinds:
             return None
 
         return known
+
+
+def kind_key(ev: Event, args: tuple[str, ...], *, taint: bool = True) -> tuple[object, ...]:
+    """The kind of ``ev`` made of its action, status, taint (when ``taint``) and the values of
+    ``args``. A value that is not a string goes with its type: ``True`` and ``1`` are equal
+    keys to Python, yet ``1`` is the number the language compares and ``True`` is not."""
+    values = ev.args
+    return (ev.action, ev.status, ev.taint if taint else None,
+            *(v if type(v := values.get(a, _ABSENT)) is str else (type(v), v) for a in args))
 
 
 def _atoms(body: n.Body, out: list[n.Atom]) -> None:

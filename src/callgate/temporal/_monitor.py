@@ -31,6 +31,7 @@ from callgate.temporal._body import (
     DeferredAlwaysMonitor,
     SplitAlwaysMonitor,
     conjuncts,
+    kind_key,
     nested_future,
 )
 from callgate.temporal._forms import (
@@ -160,7 +161,15 @@ class ActionIndex:
 
 
 class Monitor:
-    """Incremental checking of a run: ``check_pending`` then ``commit`` per event, ``finish``."""
+    """Incremental checking of a run: ``check_pending`` then ``commit`` per event, ``finish``.
+
+    The statements consulted on an event are those its action is relevant to (``ActionIndex``)
+    less the ``always`` bodies its kind is quiet on; which ones those are is found on the first
+    event of each kind and remembered (up to ``KINDS_LIMIT`` kinds, then found per event).
+    """
+
+    #: Kinds of event whose statements to consult are remembered.
+    KINDS_LIMIT = 4096
 
     def __init__(
         self, statements: Sequence[CompiledStatement], index: ActionIndex | None = None
@@ -173,6 +182,11 @@ class Monitor:
         self._broken: dict[int, str] = {}
         self._length = 0
         self._cached: tuple[Event, dict[int, object]] | None = None
+        # Which relevant statements are not quiet on an event's kind (``_active``): a kind
+        # made of the action, status, taint and every argument an ``always`` body compares.
+        self._kind_args = tuple(sorted({a for m in self._monitors if isinstance(m, AlwaysMonitor)
+                                        for a in m.kind_args}))
+        self._active: dict[tuple[object, ...], tuple[int, ...]] = {}
 
     def __len__(self) -> int:
         return self._length
@@ -184,10 +198,13 @@ class Monitor:
             self._statements[i].unknown((pos,), reason) for i, reason in self._broken.items()
         ]
         plans: dict[int, object] = {}
+        kind = kind_key(event, self._kind_args)
+        remember = True
         try:
-            relevant = self._index.relevant_to(event.action)
-        except Exception:  # an unhashable action: consult every statement
-            relevant = tuple(range(len(self._statements)))
+            active = self._active.get(kind)
+            relevant = self._index.relevant_to(event.action) if active is None else active
+        except Exception:  # an unhashable action or value: consult every statement
+            remember, active, relevant = False, None, tuple(range(len(self._statements)))
         for index in relevant:
             monitor = self._monitors[index]
             if monitor is None:
@@ -201,8 +218,24 @@ class Monitor:
                 continue
             if failing:
                 violations.append(self._statements[index].violation(failing))
+        if active is None and remember and len(self._active) < self.KINDS_LIMIT:
+            self._active[kind] = self._not_quiet(event, relevant)
         self._cached = (event, plans)
         return violations
+
+    def _not_quiet(self, event: Event, relevant: tuple[int, ...]) -> tuple[int, ...]:
+        """The statements of ``relevant`` that ``event``'s kind is not quiet on: a quiet one
+        could neither fail nor change its state on any event of the kind (``quiet_on``)."""
+        active = []
+        for index in relevant:
+            monitor = self._monitors[index]
+            try:
+                quiet = isinstance(monitor, AlwaysMonitor) and monitor.quiet_on(event)
+            except Exception:  # not known to be quiet: consulted on every event of the kind
+                quiet = False
+            if not quiet:
+                active.append(index)
+        return tuple(active)
 
     def commit(self, event: Event) -> None:
         """Append ``event`` to the run (its ``seq`` must be the next position, or 0)."""
