@@ -172,8 +172,9 @@ def _children(form: str, budget: _Budget) -> Iterator[tuple[str, bool]]:
 
 
 def _directions(form: str) -> tuple[bytes, ...]:
-    """The text as written, reversed, ROT13-ed and both; only characters that can encode."""
-    kept = form.encode("utf-8", "surrogatepass").translate(None, _NOT_B64)
+    """The text as written, reversed, ROT13-ed and both; only characters that can encode, with
+    the URL-safe ``-`` and ``_`` read as ``+`` and ``/`` (neither is a hex digit or a letter)."""
+    kept = form.encode("utf-8", "surrogatepass").translate(_URLSAFE, _NOT_B64)
     if len(kept) < 8:
         return ()
     turned = kept.translate(_ROT13)
@@ -189,61 +190,52 @@ def _decoded(variants: tuple[bytes, ...]) -> list[str]:
     readings of one encoding are decoded by one call over their concatenation: hex pieces have
     an even length, and each base64 piece is completed to whole quanta with ``A`` (zero bits),
     its output then cut to the bytes its own characters encode (what ``=`` padding gives).
+    Where the pieces start and the outputs are cut depends on the lengths alone (``_plan``).
     """
-    hex_in: list[bytes] = []
-    b64_in: list[bytes] = []
-    cuts: list[tuple[int, int, int]] = []  # (0 hex or 1 base64, bytes kept, stride), in order
-    for text in variants:
-        digits = text.translate(None, _NOT_HEX)
-        pieces, hex_cuts = _hex_plan(len(digits))
-        hex_in.extend(digits[first:stop] for first, stop in pieces)
-        body = text.translate(_URLSAFE)
-        filled, b64_cuts = _b64_plan(len(body))
-        for first, stop, fill in filled:
-            b64_in.append(body[first:stop])
-            b64_in.append(fill)
-        cuts += hex_cuts
-        cuts += b64_cuts
-    outputs = (binascii.unhexlify(b"".join(hex_in)),
-               binascii.a2b_base64(b"".join(b64_in), strict_mode=True))
-    raws: list[bytes] = []
+    digits = [text.translate(None, _NOT_HEX) for text in variants]
+    hex_pieces, b64_pieces, cuts = _plan(tuple(len(d) for d in digits),
+                                         tuple(len(text) for text in variants))
+    outputs = (
+        binascii.unhexlify(b"".join([digits[v][first:stop] for v, first, stop in hex_pieces])),
+        binascii.a2b_base64(b"".join([variants[v][first:stop] + fill
+                                      for v, first, stop, fill in b64_pieces]),
+                            strict_mode=True),
+    )
+    return _printable([outputs[side][first:stop] for side, first, stop in cuts])
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(hex_counts: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[
+        tuple[tuple[int, int, int], ...], tuple[tuple[int, int, int, bytes], ...],
+        tuple[tuple[int, int, int], ...]]:
+    """For variants of ``hex_counts`` hex digits and ``sizes`` base64 characters: the hex
+    pieces read (variant, start, stop), the base64 pieces (variant, start, stop, fill to whole
+    quanta), and where each reading lies in the joint outputs (0 hex or 1 base64, start, stop),
+    in the order ``_decoded`` gives them.
+
+    Hex: each alignment with 12 digits or more (6 bytes). Base64: each alignment with 8
+    characters or more, a last lone character dropped; its reading is the bytes its own
+    characters give, the fill's bytes skipped."""
+    hex_pieces: list[tuple[int, int, int]] = []
+    b64_pieces: list[tuple[int, int, int, bytes]] = []
+    cuts: list[tuple[int, int, int]] = []
     at = [0, 0]
-    for side, kept, stride in cuts:
-        here = at[side]
-        raws.append(outputs[side][here:here + kept])
-        at[side] = here + stride
-    return _printable(raws)
-
-
-@functools.lru_cache(maxsize=1024)
-def _hex_plan(count: int) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int, int], ...]]:
-    """For ``count`` hex digits: the pieces read (start, stop) and, for each, its cut of the
-    joint hex output (0, bytes it gives, the same as its stride)."""
-    pieces = []
-    for start in (0, 1):
-        usable = (count - start) // 2 * 2
-        if usable >= 12:
-            pieces.append((start, start + usable))
-    return tuple(pieces), tuple((0, (stop - start) // 2, (stop - start) // 2)
-                                for start, stop in pieces)
-
-
-@functools.lru_cache(maxsize=1024)
-def _b64_plan(size: int
-              ) -> tuple[tuple[tuple[int, int, bytes], ...], tuple[tuple[int, int, int], ...]]:
-    """For ``size`` base64 characters: the pieces read (start, stop, fill to whole quanta) and,
-    for each, its cut of the joint base64 output (1, bytes its own characters give, stride:
-    those bytes and what its fill gave)."""
-    pieces = []
-    cuts = []
-    for start in range(4):
-        end = size - 1 if (size - start) % 4 == 1 else size
-        chars = end - start
-        if chars < 8:
-            continue
-        pieces.append((start, end, _FILL[-chars % 4]))
-        cuts.append((1, chars * 3 // 4, (chars + 3) // 4 * 3))
-    return tuple(pieces), tuple(cuts)
+    for variant, (count, size) in enumerate(zip(hex_counts, sizes, strict=True)):
+        for start in (0, 1):
+            usable = (count - start) // 2 * 2
+            if usable >= 12:
+                hex_pieces.append((variant, start, start + usable))
+                cuts.append((0, at[0], at[0] + usable // 2))
+                at[0] += usable // 2
+        for start in range(4):
+            end = size - 1 if (size - start) % 4 == 1 else size
+            chars = end - start
+            if chars < 8:
+                continue
+            b64_pieces.append((variant, start, end, _FILL[-chars % 4]))
+            cuts.append((1, at[1], at[1] + chars * 3 // 4))
+            at[1] += (chars + 3) // 4 * 3
+    return tuple(hex_pieces), tuple(b64_pieces), tuple(cuts)
 
 
 def _printable(raws: list[bytes]) -> list[str]:
