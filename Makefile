@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo test test-base lint typecheck system-deps claude-code mcp-servers bench soak clean
+.PHONY: demo test test-base test-native native lint typecheck system-deps claude-code mcp-servers bench soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -54,7 +54,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: system-deps $(STAMP) $(CLAUDE) $(MCP_FS) lint typecheck test-base
+test: system-deps $(STAMP) $(CLAUDE) $(MCP_FS) lint typecheck test-base test-native
 	$(PY) -m pytest
 
 # The base install: the package without extras (no z3, tree-sitter, httpx, sqlglot, server,
@@ -76,6 +76,26 @@ test-base: $(BASE_STAMP)
 	cd $(BASE) && bin/callgate --help >/dev/null
 	cd $(BASE) && echo '$(BASE_CALL)' | bin/callgate decide --preset safe-research | tee /dev/stderr | grep -q '"verdict": "allow"'
 	$(BASE)/bin/callgate policy lint examples/research-agent.yaml
+
+# The compiled build: the decision path's modules (pyproject.toml, hooks.mypyc) compiled by
+# mypyc into a wheel built from a copy of the tree, installed apart in $(NATIVE)/site; the
+# editable install in .venv stays pure Python. `PYTHONPATH=$(NATIVE)/site` runs it.
+NATIVE := .cache/native
+native: $(STAMP)
+	rm -rf $(NATIVE) && mkdir -p $(NATIVE)/tree
+	cp -r pyproject.toml README.md src $(NATIVE)/tree/
+	find $(NATIVE)/tree -name __pycache__ -prune -exec rm -rf {} +
+	cd $(NATIVE)/tree && HATCH_BUILD_HOOK_ENABLE_MYPYC=true $(CURDIR)/$(PY) -m pip wheel -q \
+		--no-deps --no-build-isolation -w ../dist .
+	$(PY) -m pip install -q --no-deps --target $(NATIVE)/site $(NATIVE)/dist/callgate-*.whl
+
+# The tests of the compiled modules, run on the compiled build (tests marked `interpreted`
+# patch internals that compiled code does not look up, and run on the pure build only).
+NATIVE_TESTS := tests/kernel tests/temporal tests/guards tests/abstraction tests/matchers \
+	tests/audit tests/test_native_build.py
+test-native: native
+	CALLGATE_NATIVE=1 PYTHONPATH=$(NATIVE)/site $(PY) -m pytest -q -p no:cacheprovider \
+		-m "not interpreted" $(NATIVE_TESTS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

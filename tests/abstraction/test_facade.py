@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import callgate.abstraction as abstraction
 
 
@@ -12,6 +14,7 @@ def test_all_lists_exactly_the_public_names_once() -> None:
     assert len(abstraction.__all__) == len(set(abstraction.__all__))
 
 
+@pytest.mark.interpreted
 def test_public_names_have_docstrings() -> None:
     for name in abstraction.__all__:
         value = getattr(abstraction, name)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from callgate._model import ToolCall, ToolResult
 from callgate.guards import EgressGuard, EgressSettings, FingerprintStore
 from callgate.guards._scan import registrable
+from callgate.guards._text import entropy
 
 
 def http(action: str = "get", seq: int = 1, **params: Any) -> ToolCall:
@@ -160,12 +161,32 @@ def test_registrable_domain_is_the_last_two_labels_or_the_address() -> None:
 @given(st.binary(min_size=24, max_size=60))
 def test_base64_data_in_a_query_value_is_always_denied(data: bytes) -> None:
     token = base64.urlsafe_b64encode(data).decode().rstrip("=")
+    # what the rule calls data (docs/guards.md): both cases, a digit or one of ``+/_``, and
+    # 3.5 bits per character or more; low-entropy data without control bytes is a known gap
     assume(any(c.isupper() for c in token) and any(c.islower() for c in token))
-    # data that carries information: no byte is a quarter of it (runs of one byte are
-    # padding; zero-byte padding is pinned apart, below)
-    assume(len(set(data)) >= 8 and max(data.count(b) for b in set(data)) * 4 < len(data))
+    assume(any(c.isdigit() or c in "+/_" for c in token) and entropy(token) >= 3.5)
     assert reason_id(guard(), http(url=f"https://a.example/x?t={token}")) == \
         "guard.egress.query-data"
+
+
+@pytest.mark.parametrize("data", [
+    bytes([0] * 5 + [1] * 5 + [2] * 5 + [3] * 5 + [4, 5, 6, 7]),  # small integers
+    bytes(range(1, 25)),
+    "AKIAIOSFODNN7EXAMPLE".encode("utf-16-be"),
+])
+def test_data_that_decodes_mostly_to_control_bytes_is_data_however_low_its_entropy(
+    data: bytes,
+) -> None:
+    token = base64.urlsafe_b64encode(data).decode().rstrip("=")
+    assert reason_id(guard(), http(url=f"https://a.example/x?t={token}")) == \
+        "guard.egress.query-data"
+
+
+def test_long_words_in_a_query_value_are_not_data() -> None:
+    for value in ("getAbstractSingletonProxyFactoryBeanInstance",
+                  "the-quick-brown-fox-jumps-over-the-lazy-dog-again",
+                  "How-To-Configure-Nginx-Reverse-Proxy-Settings"):
+        assert reason_id(guard(), http(url=f"https://a.example/x?q={value}")) is None
 
 
 @pytest.mark.parametrize("encoding", ["utf-16-le", "utf-32-le", "utf-32-be"])

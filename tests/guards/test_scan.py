@@ -27,6 +27,7 @@ def _policy() -> Policy:
     })
 
 
+@pytest.mark.interpreted
 def test_a_call_is_decoded_and_screened_once_for_every_guard_and_observe(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     decoded: list[object] = []

@@ -160,6 +160,7 @@ def test_deeply_nested_parameters_are_denied(kernel: Kernel) -> None:
     assert reason_ids(d) == ["input.too-deep"]
 
 
+@pytest.mark.interpreted
 def test_an_internal_error_is_a_deny_with_its_reason(kernel: Kernel,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*_: Any) -> None:

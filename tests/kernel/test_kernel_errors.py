@@ -357,6 +357,7 @@ def test_a_deadline_that_is_not_positive_is_refused(example_policy: LoadedPolicy
         Kernel(example_policy, decision_deadline_s=bad)
 
 
+@pytest.mark.interpreted
 def test_an_internal_error_in_issue_token_is_a_counted_denied_request(
         example_policy: LoadedPolicy, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = workdir / "audit.db"
@@ -375,6 +376,7 @@ def test_an_internal_error_in_issue_token_is_a_counted_denied_request(
     assert "system:kernel-error" in kinds_in(db, k.run_id)
 
 
+@pytest.mark.interpreted
 def test_a_monitor_that_cannot_finish_ends_the_run_with_an_undecided_violation(
         example_policy: LoadedPolicy, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     k = Kernel(example_policy, working_dir=workdir)

@@ -376,3 +376,11 @@ def test_glob_regex_text_compiles_for_whole_path_matching(regex: str) -> None:
     for path in ["/data/x/aab", "/data/aab", "/srv/bx", "/srv//x", "/etc/hosts", "/",
                  "/home/u s+r/q", "/data/" + "a" * 100]:
         assert compiled.matches(path) == (re.fullmatch(regex, path) is not None), path
+
+
+@pytest.mark.parametrize("pattern", [r"a|([\w]*)*s", r"((a)*)+b", r"x(?:(y)?)*z"])
+def test_a_repeated_part_that_can_match_nothing_may_not_capture(pattern: str) -> None:
+    # Python's last round of ``(x*)*`` matches nothing and empties the group; RE2's does not
+    with pytest.raises(PatternError, match="capturing group"):
+        compile_search_regex(pattern)
+    assert [m.groups() for m in re.finditer(r"a|([\w]*)*s", "0s")] == [("",)]

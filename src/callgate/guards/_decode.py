@@ -115,8 +115,6 @@ def _decode_long(text: str) -> Forms:
 
 
 class _Budget:
-    __slots__ = ("chars", "decodes")
-
     def __init__(self, text: str) -> None:
         self.chars = BUDGET_FACTOR * len(text) + BUDGET_SLACK
         self.decodes = MAX_DECODES

@@ -55,9 +55,6 @@ def data_bytes(text: str) -> int:
 class HttpParts:
     """The parts of an HTTP call the egress rules look at, and the data each part carries."""
 
-    __slots__ = ("_channels", "_cost", "body", "custom_headers", "domain", "has_body",
-                 "headers", "host", "labels", "query", "segments", "url")
-
     def __init__(self, params: Mapping[str, Any]) -> None:
         url = params.get("url")
         self.url = url if isinstance(url, str) else ""
@@ -119,8 +116,6 @@ class HttpParts:
 
 class Scan:
     """One call as the guards read it; each part computed on first use."""
-
-    __slots__ = ("_http", "_outbound", "_secret_resource", "_sensitive", "_strings", "call")
 
     def __init__(self, call: ToolCall) -> None:
         self.call = call

@@ -90,7 +90,7 @@ def looks_encoded(text: str, *, min_len: int) -> bool:
     """True when ``text`` looks like hex or base64 data of at least ``min_len`` characters.
 
     Hex needs only its length (words are rarely all hex digits). Base64 needs a mix: a digit
-    or a ``+/_-`` and both letter cases, and at least 3.5 bits of entropy per character, so
+    or a ``+/_`` and both letter cases, and at least 3.5 bits of entropy per character, so
     ordinary long words and ``kebab-case-slugs`` are not data.
     """
     if len(text) < min_len:
@@ -103,26 +103,30 @@ def looks_encoded(text: str, *, min_len: int) -> bool:
         and any(c.islower() for c in text)
     if mixed and entropy(text) >= 3.5:
         return True
-    # Low entropy can be padding, not words: base64 of bytes that are mostly zeros (UTF-16 or
-    # UTF-32 text, a fixed-width record) repeats "A" yet carries data all the same.
+    # Low entropy can be padding, not words: base64 of bytes that are mostly zeros or other
+    # control bytes (UTF-16 or UTF-32 text, a fixed-width record, small integers) repeats "A"
+    # and a few letters, yet carries data all the same. What a word decodes to is noise, with
+    # few control bytes.
     return any(c.isupper() for c in text) and any(c.islower() for c in text) \
-        and _mostly_zero_bytes(text)
+        and _mostly_low_bytes(text)
 
 
-def _mostly_zero_bytes(text: str) -> bool:
+def _mostly_low_bytes(text: str) -> bool:
     try:
         raw = base64.urlsafe_b64decode(text.replace("+", "-").replace("/", "_")
                                        + "=" * (-len(text) % 4))
     except ValueError:
         return False
-    return len(raw) >= 8 and raw.count(0) * 4 >= len(raw) and len(set(raw)) >= 4
+    if len(raw) < 8 or len(set(raw)) < 4:
+        return False
+    return raw.count(0) * 4 >= len(raw) or sum(b < 0x20 for b in raw) * 2 >= len(raw)
 
 
 #: Strings up to this length have their analyses cached: a run repeats the same values often.
 CACHED_CHARS = 1024
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE = re.compile(f"[{chr(0xD800)}-{chr(0xDFFF)}]")
 
 
 def scannable(text: str) -> str:

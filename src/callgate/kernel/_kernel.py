@@ -840,6 +840,7 @@ class Kernel:
     def _run(self, call: ToolCall, run: Executor, decision: Decision
              ) -> tuple[Decision, ToolResult]:
         started = time.perf_counter()
+        status: Status
         try:
             output, status, error = run(call), "ok", None
         except Exception as exc:

@@ -108,7 +108,9 @@ def _load_monitor(monitor: Any, state: Any) -> None:
 def _attributes(obj: Any) -> list[str]:
     names: list[str] = list(getattr(obj, "__dict__", {}))
     for klass in type(obj).__mro__:
-        names.extend(s for s in getattr(klass, "__slots__", ()) if s not in names)
+        # a class compiled by mypyc names its attributes in ``__mypyc_attrs__``
+        for attrs in (getattr(klass, "__slots__", ()), getattr(klass, "__mypyc_attrs__", ())):
+            names.extend(s for s in attrs if s not in names)
     return [n for n in names if hasattr(obj, n)]
 
 

@@ -44,8 +44,6 @@ class TaintTracker:
     not grow with the number of distinct origins a long run has seen.
     """
 
-    __slots__ = ("_labels", "_sources")
-
     def __init__(self) -> None:
         self._labels: dict[str, TaintLabel] = {}
         self._sources: frozenset[str] = frozenset()

@@ -104,7 +104,7 @@ _AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
 _CACHED_AUTHORITY = 256
 
 
-def _parse(url: str) -> tuple[str, str] | str:
+def _parse(url: object) -> tuple[str, str] | str:
     """``(scheme, host)`` of a URL, or the reason there is no trustworthy host."""
     if not isinstance(url, str):  # callers pass agent input: fail closed on anything else
         return f"URL {url!r} is not text"
@@ -140,7 +140,7 @@ def _parse_whole(url: str) -> tuple[str, str] | str:
 _parse_authority = functools.lru_cache(maxsize=4096)(_parse_whole)
 
 
-def host_of(url: str) -> str | None:
+def host_of(url: object) -> str | None:
     """The host ``url`` reaches, in canonical form, or ``None`` when it has no trustworthy host."""
     parsed = _parse(url)
     return parsed[1] if isinstance(parsed, tuple) else None
@@ -172,17 +172,19 @@ def host_matches(host: str, pattern: str) -> bool:
     return normal.endswith("." + suffix)
 
 
-def check_host(url: str, allowed: Sequence[str] | None) -> str | None:
+def check_host(url: object, allowed: Sequence[str] | None) -> str | None:
     """``None`` when ``url`` may be fetched, else the reason it may not.
 
     The scheme must be http or https and the URL must have a trustworthy host, whatever
     ``allowed`` says: an http tool handed ``file:`` or ``gopher:`` is the classic way out.
     ``allowed=None`` leaves hosts unchecked; an empty list allows no host.
     """
+    if not isinstance(url, str):  # agent input: fail closed on anything else
+        return f"URL {url!r} is not text"
     parsed = _parse(url)
     if isinstance(parsed, str):
         # A URL with no host may still have a scheme, and the scheme is the better reason.
-        found = _SCHEME.match(url) if isinstance(url, str) else None
+        found = _SCHEME.match(url)
         if found and found.group(1).lower() not in ALLOWED_SCHEMES:
             scheme = found.group(1).lower()
             return f"scheme {scheme!r} is not allowed (only http and https): {_show(url)}"

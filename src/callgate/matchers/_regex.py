@@ -237,6 +237,11 @@ class _Translator:
                 f"counted repeats go up to {MAX_REPEAT_COUNT} (this one is "
                 f"{{{low},{high if bounded else ''}}}); split the repeat or bound it lower"
             )
+        if self.groups and body.getwidth()[0] == 0 and _captures(body):
+            # ``(x*)*``: Python's last round matches nothing and empties the group, RE2's
+            # keeps the round before; what a group found would differ
+            raise _Refused("a repeated part that can match nothing may not hold a capturing "
+                           "group; make the group's body match at least one character")
         inner = "(?:" + self.sequence(list(body), flags, tail=False) + ")"
         if not bounded:
             return inner + ("*" if low == 0 else "+" if low == 1 else f"{{{low},}}")
@@ -270,6 +275,18 @@ class _Translator:
                 r"the characters around the word, as in (^|[^\w])word([^\w]|$)"
             )
         raise _Refused(r"\B is refused; spell out the characters around it instead")
+
+
+def _captures(tree: Any) -> bool:
+    """Whether a parsed (sub)pattern holds a capturing group."""
+    for op, av in tree:
+        if op == _c.SUBPATTERN and (av[0] is not None or _captures(av[3])):
+            return True
+        if op in _REPEATS and _captures(av[2]):
+            return True
+        if op == _c.BRANCH and any(_captures(a) for a in av[1]):
+            return True
+    return False
 
 
 def _unsupported(op: Any) -> str:

@@ -35,9 +35,6 @@ class Screened:
     ``source`` is the expression as written (Python syntax), when it differs from RE2's.
     """
 
-    __slots__ = ("_compile", "_ignore_case", "_regex", "_screen", "_sought", "literals",
-                 "source")
-
     def __init__(self, regex: Any, literals: Iterable[str], *, ignore_case: bool,
                  source: str | None = None) -> None:
         self.source: str = regex.pattern if source is None else source

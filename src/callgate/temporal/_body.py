@@ -186,8 +186,6 @@ class _Kind:
     """A body compiled for one kind of event: its root, ``once`` and ``eventually`` operands;
     ``quiet`` when the root is true and no operand can hold (nothing to compute or record)."""
 
-    __slots__ = ("eventually", "onces", "quiet", "root")
-
     def __init__(self, root: Eval, onces: list[Eval], eventually: list[Eval], *,
                  quiet: bool) -> None:
         self.root, self.onces, self.eventually, self.quiet = root, onces, eventually, quiet
@@ -202,8 +200,6 @@ class _Kinds:
     An argument that takes more than ``_MAX_VALUES`` distinct values (a file name, say) stops
     being part of the kind: its atoms are evaluated on each event instead. So does the taint.
     """
-
-    __slots__ = ("_args", "_seen", "_taint", "_tests", "args")
 
     def __init__(self, body: n.Body) -> None:
         atoms: list[n.Atom] = []

@@ -125,8 +125,6 @@ class Glob:
     """A text pattern: ``*`` any run of characters, ``?`` one character, the rest literal;
     with ``casefold`` the text and the pattern are compared ignoring case."""
 
-    __slots__ = ("_casefold", "_middle", "_parts", "_prefix", "_suffix", "pattern")
-
     def __init__(self, pattern: str, *, casefold: bool = False) -> None:
         self.pattern = pattern
         self._casefold = casefold
@@ -174,8 +172,6 @@ class GlobSet:
     of RE2 (a disjunction of ``ARG ~ "p"`` conditions on one argument). A text RE2 cannot
     take (a lone surrogate, which JSON admits) is matched pattern by pattern instead."""
 
-    __slots__ = ("_globs", "_regex")
-
     def __init__(self, patterns: Sequence[str], *, casefold: bool = False) -> None:
         self._globs = tuple(Glob(p, casefold=casefold) for p in patterns)
         flags = "(?si)" if casefold else "(?s)"
@@ -197,8 +193,6 @@ class GlobSet:
 
 class _Segment:
     """A literal run of a glob, where ``?`` stands for any one character."""
-
-    __slots__ = ("_regex", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -282,7 +276,7 @@ def _each(atom: n.Each) -> Test:
         items = value if isinstance(value, list | tuple) else [value]
         if not items:
             return False
-        results = (one(_Element(item)) for item in items)
+        results = (one(_element(item)) for item in items)
         return all(results) if every else any(results)
 
     return test
@@ -291,11 +285,9 @@ def _each(atom: n.Each) -> Test:
 _ELEMENT = "@element"
 
 
-class _Element(Event):
+def _element(item: object) -> Event:
     """An event that carries one element of a list as its only argument (``any``/``all``)."""
-
-    def __init__(self, item: object) -> None:
-        super().__init__(action="", args={_ELEMENT: item})
+    return Event(action="", args={_ELEMENT: item})
 
 
 def links_of(arg: str) -> str | None:
@@ -394,8 +386,6 @@ class CompiledPattern:
     that order. In a statement's first pattern (``binding=True``) the first ``ARG = $x`` of each
     variable binds it; every other occurrence is a use.
     """
-
-    __slots__ = ("_contains", "_eqs", "actions", "binds", "eq_vars", "tests", "uses_vars")
 
     def __init__(self, pattern: n.Pattern, variables: tuple[str, ...], binding: bool) -> None:
         actions: frozenset[str] | None = None

@@ -1,0 +1,47 @@
+"""The compiled build: which modules it compiles, and (run on it) that they are the compiled ones.
+
+``make test-native`` builds the wheel with the mypyc hook and runs the tests of the compiled
+modules on it with ``CALLGATE_NATIVE=1``; the pure build runs this file too, and checks only
+that the list of compiled modules names modules that exist.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import callgate
+
+ROOT = Path(__file__).resolve().parents[1]
+NATIVE = os.environ.get("CALLGATE_NATIVE") == "1"
+
+
+def _compiled_modules() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    paths = config["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["mypyc"]["include"]
+    return [p.removeprefix("src/").removesuffix(".py").replace("/", ".") for p in paths]
+
+
+def test_the_compiled_modules_are_modules_of_the_package() -> None:
+    modules = _compiled_modules()
+    assert modules and len(set(modules)) == len(modules)
+    for name in modules:
+        assert (ROOT / "src" / (name.replace(".", "/") + ".py")).is_file(), name
+
+
+def test_the_build_hook_is_off_unless_asked_for() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    hook = config["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["mypyc"]
+    assert hook["enable-by-default"] is False  # a plain install needs no compiler
+
+
+@pytest.mark.skipif(not NATIVE, reason="runs on the compiled build (make test-native)")
+def test_on_the_compiled_build_every_listed_module_is_an_extension_outside_the_tree() -> None:
+    assert not Path(callgate.__file__).resolve().is_relative_to(ROOT / "src")
+    for name in _compiled_modules():
+        module = importlib.import_module(name)
+        assert module.__file__ is not None and module.__file__.endswith(".so"), name
