@@ -2,7 +2,9 @@
 
 ``worktree(rev)`` checks a revision out into a temporary ``git worktree`` (removed afterwards);
 its ``src`` goes first on a child's ``PYTHONPATH``, so the child imports that revision's
-``callgate`` instead of the editable install. ``Worker`` is such a child, kept running: it
+``callgate`` instead of the editable install. ``native_build(tree, target)`` makes a tree's
+compiled build (the modules mypyc compiles, as ``make native`` does) for a child to import the
+same way. ``Worker`` is such a child, kept running: it
 answers one JSON request per line on stdin with one JSON line on stdout, so measurements of two
 trees can alternate without paying an interpreter start each time. A worker that dies is
 reported as an error for the request it was given and started again for the next one.
@@ -16,6 +18,7 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -58,6 +61,32 @@ def worktree(rev: str) -> Iterator[Path]:
         shutil.rmtree(target, ignore_errors=True)
         subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=False,
                        capture_output=True)
+
+
+def native_build(tree: Path, target: Path) -> Path:
+    """The compiled build of the tree at ``tree`` (its ``pyproject.toml``, ``README.md`` and
+    ``src``), made as ``make native`` makes it, in ``target``: returns the directory to put
+    first on ``PYTHONPATH``. Raises ``RuntimeError`` with the build's last lines on failure."""
+    copy = target / "tree"
+    copy.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(tree / name, copy / name)
+    shutil.copytree(tree / "src", copy / "src",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    env = {**os.environ, "HATCH_BUILD_HOOK_ENABLE_MYPYC": "true"}
+    site, dist = target / "site", target / "dist"
+
+    def run(*argv: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "pip", *argv], cwd=copy, env=env,
+                              capture_output=True, text=True, check=False)
+        if done.returncode:
+            tail = (done.stdout + done.stderr).strip().splitlines()[-8:]
+            raise RuntimeError("compiled build failed: " + " | ".join(tail))
+
+    run("wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), ".")
+    run("install", "-q", "--no-deps", "--target", str(site),
+        *map(str, dist.glob("callgate-*.whl")))
+    return site
 
 
 def child_env(src: Path) -> dict[str, str]:

@@ -35,6 +35,11 @@ measurements alternate per configuration, and each configuration is measured ``-
 (median of the repetitions), since the machine is shared and noisy. ``--tree REV`` measures a
 revision instead of the working tree (which other people may be editing).
 
+**Compiled** (unless ``--no-compiled``): the measured tree's compiled build (the modules of
+the decision path compiled by mypyc, built as ``make native`` builds it, into a temporary
+directory) is a third child, measured in the same alternation; the child checks that the
+pipeline module it imports is the compiled one. Its figures are the "compiled" columns.
+
 **Peers** (``--peers``; never fails the run): bawbel-gate, tollgate, toolwarden and the Agent
 Governance Toolkit are installed into ``benchmarks/.peers/venv`` and their equivalent functions
 timed the same way (see ``_peers.py``, which names each function timed).
@@ -198,11 +203,13 @@ class Child:
 
     def hello(self) -> dict[str, Any]:
         import callgate
+        import callgate.kernel._kernel as pipeline
 
         where = str(Path(callgate.__file__).resolve())
         ok = self.expect is None or where.startswith(str(Path(self.expect).resolve()) + os.sep)
         return {"callgate": where, "expected_under": self.expect, "ok": ok,
-                "python": platform.python_version()}
+                "python": platform.python_version(),
+                "compiled": str(pipeline.__file__).endswith(".so")}
 
     def _check_origin(self) -> None:
         info = self.hello()
@@ -406,10 +413,16 @@ def trees(options: argparse.Namespace) -> Iterator[dict[str, dict[str, Any]]]:
     with contextlib.ExitStack() as stack:
         found: dict[str, dict[str, Any]] = {}
         if options.tree:
-            path = stack.enter_context(_baseline.worktree(options.tree))
-            found["current"] = {"src": path / "src", "info": _baseline.describe(options.tree)}
+            root = stack.enter_context(_baseline.worktree(options.tree))
+            found["current"] = {"src": root / "src", "info": _baseline.describe(options.tree)}
         else:
+            root = ROOT
             found["current"] = {"src": ROOT / "src", "info": _baseline.working_tree_state()}
+        if not options.no_compiled:
+            target = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-native-")))
+            print("building the compiled build of the measured tree ...", file=sys.stderr)
+            found["compiled"] = {"src": _baseline.native_build(root, target),
+                                 "info": {**found["current"]["info"], "build": "mypyc"}}
         if not options.no_baseline:
             path = stack.enter_context(_baseline.worktree(options.baseline))
             found["baseline"] = {"src": path / "src",
@@ -425,6 +438,8 @@ def start_workers(found: dict[str, dict[str, Any]]) -> dict[str, _baseline.Worke
         workers[name] = _baseline.Worker(
             name, [sys.executable, str(Path(__file__).resolve()), "--measure-json"], env, ROOT)
         hello = workers[name].request({"op": "hello"})
+        if name == "compiled" and not hello.get("compiled"):
+            hello = {**hello, "ok": False, "error": "the compiled build imports pure modules"}
         tree["hello"] = hello
         print(f"{name}: callgate from {hello.get('callgate', hello.get('error'))}",
               file=sys.stderr)
@@ -563,11 +578,12 @@ def build_rows(results: dict[str, dict[str, list[dict[str, Any]]]],
         key = f"{config}/{kind}/{regime}"
         cur = aggregate(results.get("current", {}).get(key, []))
         base = aggregate(results["baseline"][key]) if "baseline" in results else None
+        comp = aggregate(results["compiled"][key]) if "compiled" in results else None
         goal = GOALS[config]
         published = PUBLISHED.get(config)
         row: dict[str, Any] = {
             "config": config, "kind": kind, "regime": regime, "path": CONFIG_LABEL[config],
-            "current": cur, "baseline": base,
+            "current": cur, "baseline": base, "compiled": comp,
             "goal_text": goal["text"] if kind in goal["kinds"] or not goal["kinds"] else "—",
         }
         cur_p50, base_p50 = cur.get("p50_us"), base.get("p50_us") if base else None
@@ -586,6 +602,9 @@ def build_rows(results: dict[str, dict[str, list[dict[str, Any]]]],
                 if goal.get("dps") and base and published.get("dps"):
                     row["scaled_goal_dps"] = goal["dps"] * (base["decisions_per_s"]
                                                             / published["dps"])
+            if comp is not None and comp.get("p50_us") is not None:
+                row["met_compiled"] = comp["p50_us"] <= goal_p50 and (
+                    not goal.get("dps") or comp["decisions_per_s"] >= goal["dps"])
             if cur_p50 is not None:
                 row["met"] = cur_p50 <= goal_p50 and (
                     not goal.get("dps") or cur["decisions_per_s"] >= goal["dps"])
@@ -600,8 +619,10 @@ def build_rows(results: dict[str, dict[str, list[dict[str, Any]]]],
 
 
 HEADER = ("| path | call | args | n (current / baseline) | p50 µs | p99 µs | decisions/s | "
+          "compiled p50 µs | compiled decisions/s | "
           "baseline p50 µs | baseline / current | goal (p50) | published before | "
-          "goal scaled to this machine | goal met (nominal / scaled) | verdicts | peers p50 µs |")
+          "goal scaled to this machine | goal met (nominal / scaled; compiled) | verdicts | "
+          "peers p50 µs |")
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -620,6 +641,13 @@ def table(rows: list[dict[str, Any]]) -> str:
             base_text = "ERROR: " + str(base["error"])[:80].replace("|", "/")
         else:
             base_text = _us(base["p50_us"])
+        comp = row.get("compiled")
+        if comp is None:
+            comp_p50, comp_dps = "not measured", "—"
+        elif "error" in comp:
+            comp_p50, comp_dps = "ERROR: " + str(comp["error"])[:80].replace("|", "/"), "—"
+        else:
+            comp_p50, comp_dps = _us(comp["p50_us"]), _rate(comp["decisions_per_s"])
         ratio = f"{row['ratio']:.1f}×" if row.get("ratio") else "—"
         scaled = "—"
         if "scaled_goal_p50" in row:
@@ -631,9 +659,12 @@ def table(rows: list[dict[str, Any]]) -> str:
         if "met" in row:
             met = ("yes" if row["met"] else "NO") + " / " + (
                 ("yes" if row["met_scaled"] else "NO") if "met_scaled" in row else "—")
+            if "met_compiled" in row:
+                met += "; " + ("yes" if row["met_compiled"] else "NO")
         lines.append(
             f"| {row['path']} | {KIND_LABEL[row['kind']]} | {row['regime']} | {n_text} | {p50} | "
-            f"{p99} | {dps} | {base_text} | {ratio} | {row['goal_text']} | "
+            f"{p99} | {dps} | {comp_p50} | {comp_dps} | {base_text} | {ratio} | "
+            f"{row['goal_text']} | "
             f"{row.get('published_text', '—')} | {scaled} | {met} | {_verdicts(cur)} | "
             f"{row.get('peers') or ''} |")
     return "\n".join(lines)
@@ -688,6 +719,8 @@ def report(data: dict[str, Any]) -> str:
         f"{data['max_seconds']:g} s of timed loop: `n` is the smallest count timed in a "
         "repetition. decisions/s = n / wall time of the timed loop. Rate limits removed, "
         "quarantine out of reach (see the docstring).",
+        "Compiled = the measured tree's compiled build (mypyc, `make native`), in the same "
+        "alternation.",
         "Published before = the figures published before the work (old benchmark: a mix of "
         "calls that were mostly rate-limit denials); goal scaled = goal × (baseline p50 now / "
         "published p50), and for decisions/s × (baseline decisions/s now / 1,700).", "",
@@ -721,6 +754,8 @@ def main() -> int:
     parser.add_argument("--baseline-growth-seconds", type=float, default=20.0,
                         help="time budget of the baseline's growth run (built up at the same "
                              "time as the measured tree's)")
+    parser.add_argument("--no-compiled", action="store_true",
+                        help="do not build and measure the compiled build of the measured tree")
     parser.add_argument("--peers", action="store_true",
                         help="also install and time the peer projects")
     options = parser.parse_args()
@@ -736,7 +771,8 @@ def main() -> int:
         try:
             results = measure_all(workers, found, options.reps, N, options.max_seconds)
             data["growth"] = measure_growth(workers, found, {
-                "current": options.growth_seconds, "baseline": options.baseline_growth_seconds})
+                "current": options.growth_seconds, "compiled": options.growth_seconds,
+                "baseline": options.baseline_growth_seconds})
         finally:
             for worker in workers.values():
                 worker.close()
