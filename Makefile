@@ -92,7 +92,7 @@ native: $(STAMP)
 # The tests of the compiled modules, run on the compiled build (tests marked `interpreted`
 # patch internals that compiled code does not look up, and run on the pure build only).
 NATIVE_TESTS := tests/kernel tests/temporal tests/guards tests/abstraction tests/matchers \
-	tests/audit tests/test_native_build.py
+	tests/audit tests/attacks tests/replay tests/evaluation tests/test_native_build.py
 test-native: native
 	CALLGATE_NATIVE=1 PYTHONPATH=$(NATIVE)/site $(PY) -m pytest -q -p no:cacheprovider \
 		-m "not interpreted" $(NATIVE_TESTS)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -45,3 +48,42 @@ def test_on_the_compiled_build_every_listed_module_is_an_extension_outside_the_t
     for name in _compiled_modules():
         module = importlib.import_module(name)
         assert module.__file__ is not None and module.__file__.endswith(".so"), name
+
+
+def test_the_docs_list_exactly_the_compiled_modules() -> None:
+    text = (ROOT / "docs" / "kernel.md").read_text(encoding="utf-8")
+    section = text.split("## The compiled build", 1)[1].split("\n## ", 1)[0]
+    listed = set()
+    for package, modules in re.findall(r"^\| `(callgate\.\w+)` \| (.+) \|$", section, re.M):
+        listed |= {f"{package}.{name}" for name in re.findall(r"`(\w+)`", modules)}
+    assert listed == set(_compiled_modules())
+
+
+_SUSPEND = """
+import base64, sys
+from pathlib import Path
+from tests.kernel.test_suspend import _stateful_run
+print(base64.b64encode(_stateful_run(Path(sys.argv[1])).suspend()).decode())
+"""
+_RESUME = """
+import base64, sys
+from pathlib import Path
+from callgate import Kernel
+from callgate.policy import parse_policy
+from tests.kernel.test_suspend import STATEFUL
+kernel = Kernel(parse_policy(STATEFUL), working_dir=Path(sys.argv[1]), run_id="r",
+                resume=base64.b64decode(sys.stdin.read()))
+print(kernel.run_state.quarantine is not None, len(kernel._tokens._tokens))
+"""
+
+
+@pytest.mark.skipif(not NATIVE, reason="runs on the compiled build (make test-native)")
+def test_a_run_suspended_on_one_build_resumes_on_the_other(tmp_path: Path) -> None:
+    pure = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    compiled = {**os.environ, "PYTHONPATH": f"{os.environ['PYTHONPATH']}{os.pathsep}{ROOT}"}
+    for made, read in ((pure, compiled), (compiled, pure)):
+        blob = subprocess.run([sys.executable, "-c", _SUSPEND, str(tmp_path)], env=made,
+                              cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([sys.executable, "-c", _RESUME, str(tmp_path)], env=read,
+                             cwd=ROOT, input=blob, capture_output=True, text=True, check=True)
+        assert out.stdout.split() == ["True", "2"]

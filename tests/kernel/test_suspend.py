@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import pickletools
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,56 @@ def test_a_snapshot_cannot_name_code(tmp_path: Path) -> None:
     assert not (tmp_path / "pwned").exists()
     with pytest.raises(CallgateError, match="unreadable"):
         Kernel(parse_policy(OBLIGED), working_dir=tmp_path, run_id="r", resume=b"garbage")
+
+
+STATEFUL = """
+name: stateful
+version: 1
+principal:
+  name: p
+  capabilities:
+    - {tool_class: file}
+    - {tool_class: http, constraints: {allowed_hosts: [example.org]}}
+rules:
+  - {id: all, match: {}, decision: allow}
+run_state: {quarantine_after_denials: 2}
+"""
+
+
+def _stateful_run(tmp_path: Path) -> Kernel:
+    """A run with a token and its narrowed child, an indexed output and a quarantine."""
+    kernel = Kernel(parse_policy(STATEFUL), working_dir=tmp_path, run_id="r")
+    parent = kernel.issue_token("http", actions=["get"], max_uses=5)
+    kernel.register_token(parent.narrow(max_uses=3))
+    decision = kernel.check(_call("read", "file", "read", path="notes.txt"))
+    kernel.report(decision.call_id or "", output="the code is ZEBRA-7731-QUOKKA, keep it")
+    for _ in range(2):
+        kernel.check(_call("fetch", "http", "get", url="https://evil.example/"))
+    assert kernel.run_state.quarantine is not None
+    return kernel
+
+
+def test_a_snapshot_is_plain_values_naming_no_class_of_callgate(tmp_path: Path) -> None:
+    blob = _stateful_run(tmp_path).suspend()
+    named = {str(arg) for op, arg, _ in pickletools.genops(blob)
+             if op.name in ("GLOBAL", "STACK_GLOBAL", "SHORT_BINUNICODE") and arg}
+    assert not any(name.startswith("callgate") for name in named)  # no module of callgate
+
+
+def test_a_quarantined_run_with_tokens_and_indexed_outputs_resumes_as_it_was(
+    tmp_path: Path,
+) -> None:
+    first = _stateful_run(tmp_path)
+    second = Kernel(parse_policy(STATEFUL), working_dir=tmp_path, run_id="r",
+                    resume=first.suspend())
+    assert second.run_state.quarantine == first.run_state.quarantine
+    assert second.run_state.counters == first.run_state.counters
+    tokens = second._tokens._tokens
+    child = next(t for t in tokens.values() if t.parent is not None)
+    assert child.parent is tokens[child.parent.id]  # one parent object: uses stay shared
+    child.use()
+    assert (child.remaining(), child.parent.remaining()) == (2, 4)
+    assert second._behavior._abstractor is not None and first._behavior._abstractor is not None
+    assert second._behavior._abstractor._index.state() == \
+        first._behavior._abstractor._index.state()
+    assert second._behavior._abstractor._index.sources("ZEBRA-7731-QUOKKA")

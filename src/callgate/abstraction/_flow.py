@@ -34,6 +34,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from callgate._identifiers import identifiers, normal_identifier
 
@@ -112,6 +113,28 @@ class FlowIndex:
         self._size = 0
         self._next = 0
         self._firsts: dict[str, tuple[int, frozenset[str]]] = {}
+
+    def state(self) -> dict[str, Any]:
+        """The index as plain values (what a run snapshot keeps; ``from_state`` reads it)."""
+        return {"remembers": self._remembers, "index_chars": self._index_chars,
+                "budget": self._budget, "size": self._size, "next": self._next,
+                "entries": [(key, e.seq, e.text, e.taint, e.labels, e.whole, e.words)
+                            for key, e in self._entries.items()],
+                "postings": self._postings, "firsts": self._firsts}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> FlowIndex:
+        """The index ``state`` describes."""
+        index = cls(index_chars=int(state["index_chars"]), budget_chars=int(state["budget"]),
+                    provenance=bool(state["remembers"]))
+        index._size, index._next = int(state["size"]), int(state["next"])
+        for key, seq, text, taint, labels, whole, words in state["entries"]:
+            index._entries[key] = _Entry(seq, text, frozenset(taint), frozenset(labels),
+                                         bool(whole), words)
+        index._postings = {str(k): list(v) for k, v in state["postings"].items()}
+        index._firsts = {str(k): (int(v[0]), frozenset(v[1]))
+                         for k, v in state["firsts"].items()}
+        return index
 
     def add(self, seq: int, text: str, taint: frozenset[str], *,
             source: frozenset[str] | None = None,

@@ -11,8 +11,9 @@ from __future__ import annotations
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from callgate._model import Reason, ToolCall
 from callgate.matchers._commands import check_command
@@ -182,6 +183,43 @@ class CapabilityToken:
         while token is not None:  # a child's use is also a use of every ancestor
             token.uses += 1
             token = token.parent
+
+
+def tokens_state(tokens: Mapping[str, CapabilityToken]) -> dict[str, Any]:
+    """``tokens`` (by id) as plain values, parents before children and shared as they are
+    (a child's use is a use of its parent): what a run snapshot keeps."""
+    order: list[CapabilityToken] = []
+    place: dict[int, int] = {}
+
+    def visit(token: CapabilityToken) -> int:
+        if id(token) not in place:
+            parent = None if token.parent is None else visit(token.parent)
+            place[id(token)] = len(order)
+            order.append(token)
+            rows.append({"id": token.id, "principal": token.principal,
+                         "tool_class": token.tool_class, "actions": sorted(token.actions),
+                         "layers": [c.model_dump() for c in token.layers],
+                         "expires_at": token.expires_at, "max_uses": token.max_uses,
+                         "parent": parent, "uses": token.uses})
+        return place[id(token)]
+
+    rows: list[dict[str, Any]] = []
+    named = {key: visit(token) for key, token in tokens.items()}
+    return {"tokens": rows, "named": named}
+
+
+def tokens_from_state(state: Mapping[str, Any]) -> dict[str, CapabilityToken]:
+    """The tokens ``tokens_state`` described, by id."""
+    built: list[CapabilityToken] = []
+    for row in state["tokens"]:
+        parent = row["parent"]
+        built.append(CapabilityToken(
+            id=str(row["id"]), principal=str(row["principal"]),
+            tool_class=str(row["tool_class"]), actions=frozenset(row["actions"]),
+            layers=tuple(CapabilityConstraints.model_validate(c) for c in row["layers"]),
+            expires_at=float(row["expires_at"]), max_uses=row["max_uses"],
+            parent=None if parent is None else built[parent], uses=int(row["uses"])))
+    return {str(key): built[at] for key, at in state["named"].items()}
 
 
 def _min_opt(a: int | None, b: int | None) -> int | None:

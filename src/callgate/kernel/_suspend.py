@@ -7,8 +7,9 @@ flow index, the guards' per-run flags) and ``restore`` puts it into a kernel fre
 the same policy. The compiled parts (statements, patterns, rules) are not in the snapshot: they
 come from the policy, which must have the same manifest hash.
 
-The bytes are a pickle read back by an unpickler that accepts only the plain containers and the
-few state classes listed here, so a snapshot cannot name arbitrary code. They are still state a
+The bytes are a pickle of plain values (the state objects written out field by field), read back
+by an unpickler that accepts only the plain containers, so a snapshot cannot name any code, and
+reads the same whether the modules are compiled or not. They are still state a
 host must keep where the agent cannot write, and authenticate (the Claude Code session store
 signs them with a key of its own).
 """
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from callgate._errors import CallgateError
 from callgate._model import TaintLabel, ToolCall
+from callgate.kernel._capabilities import tokens_from_state, tokens_state
 from callgate.kernel._runstate import Counters, Quarantine
 
 if TYPE_CHECKING:
@@ -30,26 +32,20 @@ if TYPE_CHECKING:
 __all__ = ["FORMAT", "restore", "snapshot"]
 
 #: Version of the snapshot layout; a snapshot of another version is refused.
-FORMAT = 2
+FORMAT = 3
 #: Guard attributes of these types are per-run flags and counters, kept in a snapshot.
 _SCALARS = (bool, int, float, str, type(None))
 
 
 def _allowed() -> dict[tuple[str, str], Any]:
-    from callgate.abstraction._flow import FlowIndex
-    from callgate.abstraction._flow import _Entry as FlowEntry
-    from callgate.kernel._capabilities import CapabilityToken
-    from callgate.policy._schema import CapabilityConstraints
-    from callgate.temporal._forms import _Entry as TriggerEntry
-
-    classes: list[Any] = [Counters, Quarantine, FlowIndex, FlowEntry, CapabilityToken,
-                          CapabilityConstraints, TriggerEntry, collections.OrderedDict,
-                          collections.Counter, collections.deque]
-    found = {(c.__module__, c.__qualname__): c for c in classes}
+    # Plain containers only: every state object is written as plain values (below), so a
+    # snapshot names no class of callgate's, and reads the same on the pure and the compiled
+    # build (whose classes pickle differently).
+    found: dict[tuple[str, str], Any] = {
+        ("collections", c.__name__): c
+        for c in (collections.OrderedDict, collections.Counter, collections.deque)}
     found["builtins", "set"] = set
     found["builtins", "frozenset"] = frozenset
-    found["copyreg", "_reconstructor"] = __import__("copyreg")._reconstructor
-    found["builtins", "object"] = object
     return found
 
 
@@ -63,6 +59,18 @@ class _Unpickler(pickle.Unpickler):
         if found is None:
             raise CallgateError(f"a run snapshot may not name {module}.{name}")
         return found
+
+
+def _quarantine_state(quarantine: Quarantine | None) -> dict[str, Any] | None:
+    return None if quarantine is None else quarantine.as_payload()
+
+
+def _quarantine_from(state: dict[str, Any] | None) -> Quarantine | None:
+    if state is None:
+        return None
+    return Quarantine(trigger=str(state["trigger"]), rule_id=str(state["rule_id"]),
+                      reason=str(state["reason"]), counters=dict(state["counters"]),
+                      matched=tuple(state["matched"]), at=float(state["at"]))
 
 
 def _monitor_state(monitor: Any) -> Any:
@@ -124,11 +132,11 @@ def snapshot(kernel: Kernel) -> bytes:
         "run_id": kernel.run_id,
         "manifest_hash": kernel.manifest_hash,
         "seq": kernel._seq,
-        "counters": kernel._state.counters,
-        "quarantine": kernel._state.quarantine,
+        "counters": kernel._state.counters.snapshot(),
+        "quarantine": _quarantine_state(kernel._state.quarantine),
         "taint": [label.model_dump() for label in kernel._taint.labels],
         "limiter": {k: list(v) for k, v in kernel._limiter._hits.items()},
-        "tokens": dict(kernel._tokens._tokens),
+        "tokens": tokens_state(kernel._tokens._tokens),
         "invoked": dict(kernel._invoked),
         "completed": dict(kernel._completed),
         "checked": [call.model_dump() for call in kernel._checked.values()],
@@ -138,7 +146,7 @@ def snapshot(kernel: Kernel) -> bytes:
             "length": monitor._length,
             "broken": dict(monitor._broken),
             "monitors": [_monitor_state(m) for m in monitor._monitors],
-            "flow": None if abstractor is None else (abstractor._index, abstractor._seq),
+            "flow": None if abstractor is None else (abstractor._index.state(), abstractor._seq),
         },
         "guards": [{n: getattr(g, n) for n in _attributes(g)
                     if isinstance(getattr(g, n), _SCALARS)} for g in kernel._guards],
@@ -169,14 +177,14 @@ def restore(kernel: Kernel, data: bytes) -> None:
             kernel._guards):
         raise CallgateError("the run snapshot does not match the policy's statements")
     kernel._seq = state["seq"]
-    kernel._state.counters = state["counters"]
-    kernel._state.quarantine = state["quarantine"]
+    kernel._state.counters = Counters(**state["counters"])
+    kernel._state.quarantine = _quarantine_from(state["quarantine"])
     kernel._taint.absorb(TaintLabel(**label) for label in state["taint"])
     kernel._limiter._hits = {
         k: collections.deque(v, maxlen=kernel._grants[k].constraints.max_calls_per_minute)
         for k, v in state["limiter"].items()
         if k < len(kernel._grants) and kernel._grants[k].constraints.max_calls_per_minute}
-    kernel._tokens._tokens = state["tokens"]
+    kernel._tokens._tokens = tokens_from_state(state["tokens"])
     kernel._invoked = collections.Counter(state["invoked"])
     kernel._completed = collections.Counter(state["completed"])
     for dumped in state["checked"]:
@@ -192,7 +200,10 @@ def restore(kernel: Kernel, data: bytes) -> None:
         elif live is not None:
             _load_monitor(live, kept)
     if saved["flow"] is not None and behavior._abstractor is not None:
-        behavior._abstractor._index, behavior._abstractor._seq = saved["flow"]
+        from callgate.abstraction._flow import FlowIndex  # present: there is an abstractor
+
+        index, seq = saved["flow"]
+        behavior._abstractor._index, behavior._abstractor._seq = FlowIndex.from_state(index), seq
     for guard, flags in zip(kernel._guards, state["guards"], strict=True):
         for name, value in flags.items():
             setattr(guard, name, value)
