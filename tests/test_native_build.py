@@ -87,3 +87,11 @@ def test_a_run_suspended_on_one_build_resumes_on_the_other(tmp_path: Path) -> No
         out = subprocess.run([sys.executable, "-c", _RESUME, str(tmp_path)], env=read,
                              cwd=ROOT, input=blob, capture_output=True, text=True, check=True)
         assert out.stdout.split() == ["True", "2"]
+
+
+@pytest.mark.skipif(NATIVE, reason="the pure build's own check")
+def test_the_source_tree_holds_no_compiled_module() -> None:
+    # the mypyc hook compiles in place: an extension left beside its source would be imported
+    # instead of it, and the pure build's tests would run compiled code unawares
+    assert [p for p in (ROOT / "src").rglob("*.so")] == []
+    assert importlib.import_module("callgate.kernel._kernel").__file__.endswith(".py")
