@@ -53,7 +53,12 @@ def _kernel_rows(kernel: dict[str, Any]) -> list[str]:
         figure = f"{now['p50_us']:,.1f} µs"
         if config == "audit":
             figure += f", {now['decisions_per_s']:,.0f} decisions/s (goal ≥ 15,000/s)"
-        base = row.get("baseline", {}).get("p50_us")
+        compiled = row.get("compiled") or {}
+        if "p50_us" in compiled:
+            figure += f"; compiled build {compiled['p50_us']:,.1f} µs"
+            if config == "audit":
+                figure += f", {compiled['decisions_per_s']:,.0f}/s"
+        base = (row.get("baseline") or {}).get("p50_us")
         if base is not None:
             figure += f" (baseline in the same run: {base:,.1f} µs)"
         lines.append(f"| {label} | {figure} | {goal} | {before} |")
