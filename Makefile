@@ -24,6 +24,12 @@ system-deps:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null; \
 		else echo "note: systemd-analyze missing and not root; the unit's verify test will be skipped"; fi; \
 	fi
+	@# a C compiler and the Python headers for the compiled build (make native)
+	@if ! command -v gcc >/dev/null || ! test -f "$$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h"; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc python3-dev >/dev/null; \
+		else echo "note: gcc or the Python headers missing and not root; make native will fail"; fi; \
+	fi
 	@# PostgreSQL server binaries (initdb, pg_ctl) for the PostgreSQL store's tests
 	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
