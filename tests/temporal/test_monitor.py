@@ -263,3 +263,11 @@ def test_a_kind_quiet_for_every_body_is_told_apart_from_one_that_is_not(
         monitor.commit(event)
     found = monitor.check_pending(Event("b", {}))
     assert [(v.statement, v.events) for v in found] == [("after", (4,))]
+
+
+def test_an_event_whose_arguments_are_no_mapping_is_judged_closed_not_raised() -> None:
+    monitor = compile_behavior([BehaviorStatement(
+        id="s", rule='always(not (action = send and mode = "w"))')]).monitor()
+    odd = Event("send", ["not", "a", "mapping"])  # type: ignore[arg-type]
+    found = monitor.check_pending(odd)
+    assert [(v.statement, v.kind) for v in found] == [("s", "unknown")]

@@ -198,9 +198,10 @@ class Monitor:
             self._statements[i].unknown((pos,), reason) for i, reason in self._broken.items()
         ]
         plans: dict[int, object] = {}
-        kind = kind_key(event, self._kind_args)
+        kind: tuple[object, ...] = ()
         remember = True
         try:
+            kind = kind_key(event, self._kind_args)
             active = self._active.get(kind)
             relevant = self._index.relevant_to(event.action) if active is None else active
         except Exception:  # an unhashable action or value: consult every statement
