@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from callgate.abstraction._scripts import (
     python_effects,
 )
 from callgate.abstraction._shell import MAX_SHELL_DEPTH, ShellCommand, parse_commands, peel
+from callgate.matchers._hosts import authority
 
 #: Deepest chain of scripts followed (a script that runs a script that runs …).
 MAX_SCRIPT_DEPTH = 4
@@ -83,30 +83,24 @@ class ScriptContext:
     working_dir: str | None = None
 
 
-#: ``scheme://authority``: all that a URL's host depends on (``urlsplit`` ends the authority at
-#: the first ``/``, ``?`` or ``#``), so a host's parse is made once for all the URLs below it.
-_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
-#: Authorities up to this length have their host remembered.
-_CACHED_AUTHORITY = 256
-
-
 def _host_of(url: Any) -> str | None:
-    """The host ``urlsplit`` reads in ``url`` (a URL without ``://`` is read as a bare host)."""
+    """The host ``urlsplit`` reads in ``url`` (a URL without ``://`` is read as a bare host);
+    parsed once for all the URLs below one authority."""
     if not isinstance(url, str):
         return None
     text = url if "://" in url else f"//{url}"
-    found = _AUTHORITY.match(text)
-    if found is not None and found.end() <= _CACHED_AUTHORITY:
-        return _hostname(found.group())
-    return _hostname.__wrapped__(text)
+    prefix = authority(text)
+    return _hostname(text) if prefix is None else _remembered_hostname(prefix)
 
 
-@functools.lru_cache(maxsize=4096)
 def _hostname(url: str) -> str | None:
     try:
         return urlsplit(url).hostname
     except ValueError:
         return None
+
+
+_remembered_hostname = functools.lru_cache(maxsize=4096)(_hostname)
 
 
 def _add_effects(action: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -188,14 +188,13 @@ class CapabilityToken:
 def tokens_state(tokens: Mapping[str, CapabilityToken]) -> dict[str, Any]:
     """``tokens`` (by id) as plain values, parents before children and shared as they are
     (a child's use is a use of its parent): what a run snapshot keeps."""
-    order: list[CapabilityToken] = []
-    place: dict[int, int] = {}
+    rows: list[dict[str, Any]] = []
+    place: dict[int, int] = {}  # id of a token -> its row
 
     def visit(token: CapabilityToken) -> int:
         if id(token) not in place:
             parent = None if token.parent is None else visit(token.parent)
-            place[id(token)] = len(order)
-            order.append(token)
+            place[id(token)] = len(rows)
             rows.append({"id": token.id, "principal": token.principal,
                          "tool_class": token.tool_class, "actions": sorted(token.actions),
                          "layers": [c.model_dump() for c in token.layers],
@@ -203,7 +202,6 @@ def tokens_state(tokens: Mapping[str, CapabilityToken]) -> dict[str, Any]:
                          "parent": parent, "uses": token.uses})
         return place[id(token)]
 
-    rows: list[dict[str, Any]] = []
     named = {key: visit(token) for key, token in tokens.items()}
     return {"tokens": rows, "named": named}
 

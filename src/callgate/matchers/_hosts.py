@@ -113,12 +113,19 @@ def _parse(url: object) -> tuple[str, str] | str:
         return f"URL {_show(url)} contains {bad!r}, which parsers read differently"
     # The scheme and host follow from ``scheme://authority`` alone: a host's parse is made once
     # for all the URLs below it. A failure is parsed again whole, so its message shows the URL.
-    found = _AUTHORITY.match(url)
-    if found is not None and found.end() <= _CACHED_AUTHORITY:
-        parsed = _parse_authority(found.group())
+    prefix = authority(url)
+    if prefix is not None:
+        parsed = _parse_authority(prefix)
         if not isinstance(parsed, str):
             return parsed
     return _parse_whole(url)
+
+
+def authority(url: str) -> str | None:
+    """``scheme://authority`` at the start of ``url``, all that its scheme and host depend on,
+    when it is short enough to remember a parse of; else None."""
+    found = _AUTHORITY.match(url)
+    return found.group() if found is not None and found.end() <= _CACHED_AUTHORITY else None
 
 
 def _parse_whole(url: str) -> tuple[str, str] | str:
