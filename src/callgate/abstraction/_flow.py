@@ -97,10 +97,6 @@ class FlowIndex:
     """An index of earlier content: "which earlier outputs contain this value" (flow) and
     "where did this value first appear" (provenance)."""
 
-    #: Whether first appearances are remembered (a state suspended before the setting existed
-    #: remembered them).
-    _remembers = True
-
     def __init__(self, *, index_chars: int = 262_144, budget_chars: int = 64_000_000,
                  provenance: bool = True) -> None:
         # First appearances serve provenance alone (``origins``): without it, an output's
