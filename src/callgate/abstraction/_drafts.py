@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,6 @@ from callgate.abstraction._scripts import (
     python_effects,
 )
 from callgate.abstraction._shell import MAX_SHELL_DEPTH, ShellCommand, parse_commands, peel
-from callgate.matchers._hosts import authority
 
 #: Deepest chain of scripts followed (a script that runs a script that runs …).
 MAX_SCRIPT_DEPTH = 4
@@ -83,14 +83,20 @@ class ScriptContext:
     working_dir: str | None = None
 
 
+#: ``scheme://authority``: all that a URL's host depends on (``urlsplit`` ends the authority at
+#: the first ``/``, ``?`` or ``#``). The host check's own (``matchers._hosts``) is above this
+#: layer, so the abstraction reads the prefix itself.
+_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]{0,240}(?=[/?#]|$)")
+
+
 def _host_of(url: Any) -> str | None:
     """The host ``urlsplit`` reads in ``url`` (a URL without ``://`` is read as a bare host);
     parsed once for all the URLs below one authority."""
     if not isinstance(url, str):
         return None
     text = url if "://" in url else f"//{url}"
-    prefix = authority(text)
-    return _hostname(text) if prefix is None else _remembered_hostname(prefix)
+    found = _AUTHORITY.match(text)
+    return _hostname(text) if found is None else _remembered_hostname(found.group())
 
 
 def _hostname(url: str) -> str | None:
