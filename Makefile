@@ -78,7 +78,7 @@ $(BASE_STAMP): pyproject.toml
 
 test-base: $(BASE_STAMP)
 	$(BASE)/bin/python -m pip install -q --no-deps --force-reinstall .
-	$(BASE)/bin/python -c "import importlib.util as u, sys; extra = [m for m in ('z3', 'tree_sitter', 'httpx', 'sqlglot', 'starlette', 'uvicorn', 'psycopg', 'mcp') if u.find_spec(m)]; sys.exit(f'extras installed in the base venv: {extra}' if extra else 0)"
+	$(BASE)/bin/python -c "import importlib.util as u, sys; extra = [m for m in ('z3', 'tree_sitter', 'httpx', 'sqlglot', 'starlette', 'uvicorn', 'psycopg', 'mcp', 'orjson') if u.find_spec(m)]; sys.exit(f'extras installed in the base venv: {extra}' if extra else 0)"
 	cd $(BASE) && bin/callgate --help >/dev/null
 	cd $(BASE) && echo '$(BASE_CALL)' | bin/callgate decide --preset safe-research | tee /dev/stderr | grep -q '"verdict": "allow"'
 	$(BASE)/bin/callgate policy lint examples/research-agent.yaml

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate import AuditError
+from callgate.audit import _chain
 from callgate.audit._chain import (
     EVENT_COLUMNS,
     GENESIS_HASH,
@@ -131,3 +132,87 @@ def test_system_events_use_the_system_tool_class() -> None:
 def test_config_hash_is_order_independent() -> None:
     assert config_hash({"a": 1, "b": [2]}) == config_hash({"b": [2], "a": 1})
     assert config_hash({"a": 1}) != config_hash({"a": 2})
+
+
+# -- the fast encoder writes the reference text ---------------------------------------------------
+
+class _Text(str):
+    pass
+
+
+_ANY_FLOAT = st.floats() | st.sampled_from(
+    [1e-4, 9.999999999999999e-05, 1e16, 9999999999999998.0, -0.0, 5e-324, 1e-05, 1e-7])
+_EDGE_TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=())) | st.sampled_from(
+    ["\ud800", "a\udcff", "\x00\x1f\x7f", "\u2028\u2029", '"\\/', "é😀\uffff"])
+_HOSTILE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=2**62, max_value=2**80)
+    | st.integers(max_value=-(2**62), min_value=-(2**80)) | _ANY_FLOAT | _EDGE_TEXT
+    | _EDGE_TEXT.map(_Text),
+    lambda inner: st.lists(inner, max_size=4) | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(_EDGE_TEXT, inner, max_size=4)
+    | st.dictionaries(st.integers(), inner, max_size=2),
+    max_leaves=25,
+)
+
+
+def _reference(value: Any) -> str | None:
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _encoded(value: Any) -> str | None:
+    try:
+        return canonical_json(value)
+    except AuditError:
+        return None
+
+
+def test_the_fast_encoder_is_installed_where_the_tests_run() -> None:
+    assert _chain._orjson is not None, "the tests compare the fast encoder with the reference"
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_HOSTILE)
+def test_canonical_json_writes_exactly_the_reference_text_or_refuses_alike(value: Any) -> None:
+    assert _encoded(value) == _reference(value)
+
+
+@pytest.mark.parametrize("number", [
+    1e-4, 9.999999999999999e-05, 1e-05, 1.5e-07, 1e16, 9999999999999998.0, 1.2345678901234568e+20,
+    -1e-05, 0.0, -0.0, 5e-324, 1.7976931348623157e308, 0.1, 1795810414.22594,
+])
+def test_floats_at_the_edges_of_the_fast_range_are_spelled_as_python_does(number: float) -> None:
+    assert canonical_json({"x": number}) == '{"x":' + repr(number) + "}"
+
+
+def test_every_ascii_and_separator_character_is_escaped_as_the_reference_does() -> None:
+    for code in [*range(0x80), 0x2028, 0x2029, 0xFEFF]:
+        text = {chr(code): chr(code) * 2}
+        assert canonical_json(text) == _reference(text), hex(code)
+
+
+@pytest.mark.parametrize("value", [
+    float("nan"), [float("inf")], {"x": float("-inf")}, {"x": [1, (2, {"y": float("nan")})]},
+    {"x": _Text("t"), "y": float("nan")},
+])
+def test_non_finite_numbers_are_refused_on_every_path(value: Any) -> None:
+    with pytest.raises(AuditError, match="not JSON"):
+        canonical_json(value)
+
+
+def test_a_cycle_is_refused_and_not_walked_forever() -> None:
+    loop: dict[str, Any] = {}
+    loop["self"] = [loop]
+    with pytest.raises(AuditError, match="not JSON"):
+        canonical_json(loop)
+
+
+def test_without_orjson_the_reference_encoder_writes_the_same_text(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    value = {"b": [1, 2.5, None, True], "a": "é\x00", "c": {"z": 1e-05, "y": 2**70}}
+    fast = canonical_json(value)
+    monkeypatch.setattr(_chain, "_orjson", None)
+    assert canonical_json(value) == fast == _reference(value)

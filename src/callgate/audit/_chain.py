@@ -8,7 +8,10 @@ An event's *record* is the canonical JSON text of its envelope::
     {"id": ..., "kind": ..., "payload": {...}, "prev": <hash of the previous event>,
      "run_id": ..., "run_seq": ..., "seq": ..., "ts": ..., "v": 1}
 
-and its hash is ``sha256(record.encode("utf-8")).hexdigest()``. The first event's ``prev`` is
+and its hash is ``sha256(record.encode("utf-8")).hexdigest()``. Canonical JSON is what the
+standard library's ``json`` writes with sorted keys, compact separators, ``ensure_ascii=False``
+and ``allow_nan=False``; where ``orjson`` is installed it writes the same text faster, for the
+values it provably writes alike (:func:`_plain`). The first event's ``prev`` is
 :data:`GENESIS_HASH`. The record is one line of the log's segment (``_log``); every column of
 an index row is a function of the record and where that line lies in the segment
 (:func:`event_row`), which is what lets ``verify`` check the index too.
@@ -19,9 +22,16 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from types import ModuleType
 from typing import Any, Final, Literal
 
 from callgate._errors import AuditError
+
+_orjson: ModuleType | None
+try:
+    import orjson as _orjson
+except ImportError:  # the optional "fast" extra; without it the reference encoder writes alone
+    _orjson = None
 
 #: The format version written into every record (the ``v`` field of an envelope).
 RECORD_VERSION: Final = 1
@@ -64,11 +74,60 @@ _ENCODER: Final = json.JSONEncoder(
 )
 
 
+#: Finite floats with ``_FLOAT_LOW <= abs(x) < _FLOAT_HIGH`` (and zero) are printed alike by
+#: ``repr`` (as ``json`` does) and by ``orjson``; outside it the two spell exponents apart
+#: (``1e-05`` against ``0.00001``), so a value holding such a float takes the reference path.
+_FLOAT_LOW: Final = 1e-4
+_FLOAT_HIGH: Final = 1e16
+#: Containers and scalars :func:`_plain` looks at before it gives up (a cycle ends there too).
+_PLAIN_NODES: Final = 20_000
+
+
+def _plain(value: object) -> bool:
+    """True when ``value`` is made of the exact built-in JSON types only (``dict`` with ``str``
+    keys, ``list``, ``str``, ``int``, ``bool``, ``None``, floats in the range above), the values
+    for which ``orjson`` writes the reference encoder's text or refuses (an integer past 64 bits,
+    a lone surrogate, nesting past 254): anything else, a subclass or a tuple included, is left
+    to the reference encoder, which refuses what is not JSON."""
+    stack: list[object] = [value]
+    seen = 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > _PLAIN_NODES:
+            return False
+        kind = type(node)
+        if kind is str or kind is int or kind is bool or node is None:
+            continue
+        if kind is dict:
+            assert isinstance(node, dict)
+            for key in node:
+                if type(key) is not str:
+                    return False
+            stack.extend(node.values())
+        elif kind is list:
+            assert isinstance(node, list)
+            stack.extend(node)
+        elif kind is float:
+            assert isinstance(node, float)
+            size = abs(node)
+            if not (_FLOAT_LOW <= size < _FLOAT_HIGH or size == 0.0):
+                return False  # NaN fails both comparisons
+        else:
+            return False
+    return True
+
+
 def canonical_json(value: Any) -> str:
     """Encode ``value`` as canonical JSON: sorted keys, compact separators, no NaN/Infinity.
 
     Raises :class:`AuditError` when ``value`` is not plain JSON data.
     """
+    if _orjson is not None and _plain(value):
+        try:
+            return str(_orjson.dumps(value, option=_orjson.OPT_SORT_KEYS).decode("utf-8"))
+        except _orjson.JSONEncodeError:
+            pass  # past what orjson holds: the reference encoder writes it, or refuses it
     try:
         return _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
