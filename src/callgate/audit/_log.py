@@ -74,16 +74,24 @@ class Segment:
 
     @contextmanager
     def locked(self, *, exclusive: bool) -> Iterator[None]:
-        """Hold the segment's lock: exclusive to append, shared to read a tail. Another writer
+        """Hold the segment's lock for the block (see :meth:`lock`)."""
+        self.lock(exclusive=exclusive)
+        try:
+            yield
+        finally:
+            self.unlock()
+
+    def lock(self, *, exclusive: bool) -> None:
+        """Take the segment's lock: exclusive to append, shared to read a tail. Another writer
         holding it longer than ``lock_timeout`` seconds is an AuditError (a stopped or hung
-        process must not hold every decision forever)."""
-        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        process must not hold every decision forever). Release it with :meth:`unlock`."""
+        mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
         deadline: float | None = None
         pause = 0.0005
         while True:
             try:
-                fcntl.flock(self._fd, mode | fcntl.LOCK_NB)
-                break
+                fcntl.flock(self._fd, mode)
+                return
             except BlockingIOError:
                 now = time.monotonic()
                 deadline = now + self.lock_timeout if deadline is None else deadline
@@ -96,10 +104,10 @@ class Segment:
             except OSError as exc:
                 raise AuditError(
                     f"cannot lock the log's segment {display(self.path)}: {exc}") from exc
-        try:
-            yield
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def unlock(self) -> None:
+        """Release the lock :meth:`lock` took."""
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def size(self) -> int:
         """The segment's length in bytes now."""
@@ -140,7 +148,8 @@ class Segment:
         failure the segment is cut back to ``at``, as far as the file system allows, and
         AuditError is raised."""
         try:
-            view = memoryview(data)
+            written = os.write(self._fd, data)  # a regular file takes it whole, bar a full disk
+            view = memoryview(data)[written:]
             while view:
                 written = os.write(self._fd, view)
                 if written <= 0:  # pragma: no cover - a regular file writes or raises

@@ -433,13 +433,17 @@ class AuditStore(LogWriter):
             segment = self._segment
             if segment is None or segment.read_only:
                 raise AuditError(f"audit log {display(self._path)} was opened read-only")
-            with segment.locked(exclusive=True):
-                self._take_in(cut=True)
+            segment.lock(exclusive=True)
+            try:
+                if segment.size() != self._end:
+                    self._take_in(cut=True)
                 record, text, digest = _seal(self._record(run_id, kind, payload))
                 data = segment_line(text, digest)
-                start = self._end  # the segment's size: ``_take_in`` just read it
+                start = self._end  # the segment's size: checked just above
                 segment.append(data, at=start, sync=self._durability == "fsync")
                 self._end = start + len(data)
+            finally:
+                segment.unlock()
             seq, manifest = int(record["seq"]), str(record["payload"].get("manifest_hash"))
             state = self._runs.get(run_id)
             if state is None or kind == "run-start":
