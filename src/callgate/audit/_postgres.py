@@ -28,7 +28,6 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -60,7 +59,7 @@ from callgate.audit._store import (
     _seal,
 )
 from callgate.audit._verify import CHECKPOINT_COLUMNS, VerifyReport, parse_line, verify_rows
-from callgate.audit._writer import LogWriter
+from callgate.audit._writer import LogWriter, Signing
 
 log = logging.getLogger("callgate.audit")
 
@@ -109,23 +108,16 @@ def _default_key_dir(url: str, schema: str) -> Path:
     return where
 
 
-@dataclass(frozen=True, slots=True)
-class _Signing:
-    private_key: bytes
-    anchor_path: Path | None
-    every: int
-
-
 class PostgresAuditStore(LogWriter):
     """A tamper-evident audit log in PostgreSQL, with the interface of
     :class:`~callgate.audit.AuditStore`. Thread-safe; any number of processes and machines may
     append to one log. Use :meth:`open`; the store is a context manager that closes itself.
     """
 
-    _signing: _Signing | None
+    _signing: Signing | None
 
     def __init__(self, connections: pgs.Connections, url: str, schema: str, *,
-                 signing: _Signing | None, read_only: bool) -> None:
+                 signing: Signing | None, read_only: bool) -> None:
         self._db = connections
         self._url = url
         self._where = f"{redact(url)} (schema {schema})"
@@ -174,7 +166,7 @@ class PostgresAuditStore(LogWriter):
         if checkpoints and not read_only:
             where = Path(key_path) if key_path is not None else _default_key_dir(url, schema)
             key, _ = create_key(where)
-            signing = _Signing(key, None if anchor_path is None else Path(anchor_path),
+            signing = Signing(key, None if anchor_path is None else Path(anchor_path),
                                checkpoint_every)
         try:
             connections = pgs.Connections(url, size=max(1, pool_size), timeout_s=timeout_s,

@@ -62,7 +62,7 @@ from callgate.audit._files import (
 from callgate.audit._keys import create_key, display
 from callgate.audit._log import Line, Segment, log_path_for
 from callgate.audit._verify import VerifyReport, parse_line
-from callgate.audit._writer import LogWriter
+from callgate.audit._writer import LogWriter, Signing
 
 log = logging.getLogger("callgate.audit")
 
@@ -126,15 +126,6 @@ class _Entry(NamedTuple):
     digest: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Signing:
-    """Automatic checkpoints: the private key, where the anchor lives, how often to sign."""
-
-    private_key: bytes
-    anchor_path: Path
-    every: int
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
@@ -170,10 +161,10 @@ class AuditStore(LogWriter):
     Use :meth:`open`; the store is a context manager that closes itself.
     """
 
-    _signing: _Signing | None
+    _signing: Signing | None
 
     def __init__(self, conn: sqlite3.Connection, path: str, *, durability: Durability,
-                 signing: _Signing | None, index_every: int) -> None:
+                 signing: Signing | None, index_every: int) -> None:
         self._conn = conn
         self._path = path
         self._segment: Segment | None = None  # opened by ``_prepare``
@@ -231,7 +222,7 @@ class AuditStore(LogWriter):
             if checkpoints and not read_only:
                 key, _ = create_key(key_path if key_path is not None else default_key_path(where))
                 anchor = anchor_path if anchor_path is not None else default_anchor_path(where)
-                signing = _Signing(key, Path(anchor), checkpoint_every)
+                signing = Signing(key, Path(anchor), checkpoint_every)
             store = cls(conn, where, durability=durability, signing=signing,
                         index_every=index_every)
             store._prepare(read_only)
@@ -348,12 +339,14 @@ class AuditStore(LogWriter):
 
     def _check_anchor(self) -> None:
         """Refuse to write to a log that no longer matches its anchor (fail closed)."""
-        assert self._signing is not None
-        anchor = read_anchor(self._signing.anchor_path)
+        where = None if self._signing is None else self._signing.anchor_path
+        if where is None:
+            return
+        anchor = read_anchor(where)
         if anchor is not None and self._hash_at(anchor.seq) != anchor.head_hash:
             raise AuditError(
                 f"audit log {display(self._path)} does not match its anchor"
-                f" {display(self._signing.anchor_path)} (sequence {anchor.seq}): it was"
+                f" {display(where)} (sequence {anchor.seq}): it was"
                 " truncated or rewritten; run `callgate audit verify` on it"
             )
 

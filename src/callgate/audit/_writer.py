@@ -10,7 +10,9 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
@@ -21,6 +23,12 @@ from callgate.audit._checkpoint import Checkpoint, public_key_of
 
 if TYPE_CHECKING:
     from callgate.audit._store import AuditRecord
+
+try:  # a mark the compiled build (docs/kernel.md) reads when it compiles; nothing at run time
+    from mypy_extensions import mypyc_attr
+except ImportError:  # mypy_extensions comes with mypy; an install without it needs no mark
+    def mypyc_attr(*_args: object, **_marks: object) -> Callable[[type], type]:  # type: ignore[misc]  # the stand-in's signature is looser than the original's
+        return lambda cls: cls
 
 log = logging.getLogger("callgate.audit")
 
@@ -44,21 +52,22 @@ def _text(value: str) -> str:
     return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-class _Schedule(Protocol):
-    """A store's automatic checkpoints: its private key and how often it signs."""
+@dataclass(frozen=True, slots=True)
+class Signing:
+    """A store's automatic checkpoints: the private key, where its anchor lives (a store may
+    keep none), how often to sign."""
 
-    @property
-    def private_key(self) -> bytes: ...
-
-    @property
-    def every(self) -> int: ...
+    private_key: bytes
+    anchor_path: Path | None
+    every: int
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the PostgreSQL store is not compiled
 class LogWriter(ABC):
     """The public writing API of an audit store over its ``_append`` and ``_sign``."""
 
     _lock: threading.RLock
-    _signing: _Schedule | None
+    _signing: Signing | None
     _checkpoint_due: bool
     _observers: list[Callable[[AuditRecord], None]]
 
