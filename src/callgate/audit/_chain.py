@@ -79,43 +79,54 @@ _ENCODER: Final = json.JSONEncoder(
 #: (``1e-05`` against ``0.00001``), so a value holding such a float takes the reference path.
 _FLOAT_LOW: Final = 1e-4
 _FLOAT_HIGH: Final = 1e16
-#: Containers and scalars :func:`_plain` looks at before it gives up (a cycle ends there too).
+#: Nodes and levels :func:`_plain` walks before it gives up (a cycle or a huge value then
+#: takes the reference path, which refuses a cycle itself).
 _PLAIN_NODES: Final = 20_000
+_PLAIN_DEPTH: Final = 200
 
 
 def _plain(value: object) -> bool:
-    """True when ``value`` is made of the exact built-in JSON types only (``dict`` with ``str``
-    keys, ``list``, ``str``, ``int``, ``bool``, ``None``, floats in the range above), the values
-    for which ``orjson`` writes the reference encoder's text or refuses (an integer past 64 bits,
-    a lone surrogate, nesting past 254): anything else, a subclass or a tuple included, is left
-    to the reference encoder, which refuses what is not JSON."""
-    stack: list[object] = [value]
-    seen = 0
-    while stack:
-        node = stack.pop()
-        seen += 1
-        if seen > _PLAIN_NODES:
-            return False
-        kind = type(node)
-        if kind is str or kind is int or kind is bool or node is None:
-            continue
-        if kind is dict:
-            assert isinstance(node, dict)
-            for key in node:
-                if type(key) is not str:
-                    return False
-            stack.extend(node.values())
-        elif kind is list:
-            assert isinstance(node, list)
-            stack.extend(node)
-        elif kind is float:
-            assert isinstance(node, float)
-            size = abs(node)
-            if not (_FLOAT_LOW <= size < _FLOAT_HIGH or size == 0.0):
-                return False  # NaN fails both comparisons
-        else:
-            return False
-    return True
+    """True when ``value`` is made of the built-in JSON types only (exactly ``dict`` with
+    string keys and ``list``; strings, integers, ``None``; floats in the range above): the
+    values for which ``orjson`` writes the reference encoder's text or refuses (an integer past
+    64 bits, a lone surrogate, nesting past 254). Anything else, a tuple or a mapping of
+    another type included, is left to the reference encoder, which refuses what is not JSON."""
+    return _walk(value, 0, _PLAIN_NODES) >= 0
+
+
+def _walk(node: object, depth: int, budget: int) -> int:
+    """The budget left once ``node`` is walked, or -1 when it is not plain (see ``_plain``).
+    (Values of a subclass of ``str`` or ``int``, ``bool`` among them, are written alike by
+    both; keys must be exactly ``str``.)"""
+    if isinstance(node, str) or isinstance(node, int) or node is None:
+        return budget
+    if depth >= _PLAIN_DEPTH or budget <= 0:
+        return -1
+    if type(node) is dict:
+        assert isinstance(node, dict)
+        budget -= len(node)
+        for key, item in node.items():
+            if type(key) is not str:  # a subclass may sort itself otherwise
+                return -1
+            if not isinstance(item, str):
+                budget = _walk(item, depth + 1, budget)
+                if budget < 0:
+                    return -1
+        return budget
+    if type(node) is list:
+        assert isinstance(node, list)
+        budget -= len(node)
+        for item in node:
+            if not isinstance(item, str):
+                budget = _walk(item, depth + 1, budget)
+                if budget < 0:
+                    return -1
+        return budget
+    if type(node) is float:
+        assert isinstance(node, float)
+        size = abs(node)
+        return budget if _FLOAT_LOW <= size < _FLOAT_HIGH or size == 0.0 else -1  # NaN: -1
+    return -1
 
 
 def canonical_json(value: Any) -> str:
