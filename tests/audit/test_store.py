@@ -9,10 +9,15 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from callgate import AuditError, ToolResult
 from callgate.audit import GENESIS_HASH, AuditStore, _store, verify_file
@@ -600,3 +605,15 @@ def test_what_the_index_has_not_reached_yet_is_read_and_verified(
     finally:
         writer.close()
     assert count_events(path) == 21  # indexed when the writer closed
+
+
+@settings(max_examples=200, deadline=None)
+@given(instants=st.lists(st.integers(min_value=0, max_value=(2**33) * 10**9), min_size=1,
+                         max_size=4))
+def test_record_times_are_written_as_isoformat_writes_them_across_seconds(
+        instants: list[int]) -> None:
+    for ns in [*instants, *(t + 1 for t in instants), *(t + 10**9 for t in instants)]:
+        expected = datetime.fromtimestamp(ns // 10**9, UTC).replace(
+            microsecond=ns % 10**9 // 1000).isoformat(timespec="microseconds")
+        with mock.patch.object(time, "time_ns", return_value=ns):
+            assert _store._now() == expected

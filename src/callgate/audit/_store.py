@@ -126,8 +126,20 @@ class _Entry(NamedTuple):
     digest: str
 
 
+#: The last second :func:`_now` formatted, and its text up to the seconds.
+_second: tuple[int, str] = (-1, "")
+
+
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
+    """The time now in UTC as ``datetime.isoformat(timespec="microseconds")`` writes it
+    (``2026-01-01T00:00:00.000000+00:00``), the date and time of day formatted once a second."""
+    global _second
+    seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
+    last, text = _second
+    if seconds != last:
+        text = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _second = (seconds, text)
+    return f"{text}.{nanoseconds // 1000:06d}+00:00"
 
 
 def _seal(record: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
