@@ -133,7 +133,7 @@ _second: tuple[int, str] = (-1, "")
 def _now() -> str:
     """The time now in UTC as ``datetime.isoformat(timespec="microseconds")`` writes it
     (``2026-01-01T00:00:00.000000+00:00``), the date and time of day formatted once a second."""
-    global _second
+    global _second  # noqa: PLW0603  # one value swapped whole, so threads read a consistent pair
     seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
     last, text = _second
     if seconds != last:
