@@ -32,11 +32,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, NamedTuple, Self
 
+from callgate._clock import utc_second
 from callgate._errors import AuditError
 from callgate.audit import _schema as schema
 from callgate.audit._anchor import advance_anchor, locked, read_anchor
@@ -126,20 +126,11 @@ class _Entry(NamedTuple):
     digest: str
 
 
-#: The last second :func:`_now` formatted, and its text up to the seconds.
-_second: tuple[int, str] = (-1, "")
-
-
 def _now() -> str:
     """The time now in UTC as ``datetime.isoformat(timespec="microseconds")`` writes it
     (``2026-01-01T00:00:00.000000+00:00``), the date and time of day formatted once a second."""
-    global _second  # noqa: PLW0603  # one value swapped whole, so threads read a consistent pair
     seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
-    last, text = _second
-    if seconds != last:
-        text = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        _second = (seconds, text)
-    return f"{text}.{nanoseconds // 1000:06d}+00:00"
+    return f"{utc_second(seconds)}.{nanoseconds // 1000:06d}+00:00"
 
 
 def _seal(record: dict[str, Any]) -> tuple[dict[str, Any], str, str]:

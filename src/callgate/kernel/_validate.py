@@ -9,15 +9,14 @@ that could not be read is audited.
 from __future__ import annotations
 
 import copy
-import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
+from callgate._clock import utc_second
 from callgate._model import Reason, ToolCall
 from callgate.kernel._registry import ToolRegistry
 from callgate.matchers._paths import PathRejected, canonical_parameters
@@ -255,10 +254,7 @@ def now_iso(ts: float) -> str:
     micro = round((ts - second) * 1_000_000)
     if micro >= 1_000_000:  # rounding carried into the next second
         second, micro = second + 1, micro - 1_000_000
-    text = _second_text(second)
+    text = utc_second(second)
     return f"{text}.{micro:06d}Z" if micro else f"{text}Z"
 
 
-@functools.lru_cache(maxsize=8)
-def _second_text(second: int) -> str:
-    return datetime.fromtimestamp(second, UTC).isoformat()[:19]
