@@ -419,3 +419,36 @@ def test_a_row_of_the_wrong_shape_is_reported_not_raised(template: Path, kit: An
     )
     assert (report.ok, report.table, report.row) == (False, "runs", "a")
     assert "cannot be checked" in str(report.problem)
+
+
+def test_a_log_written_with_orjson_verifies_with_the_reference_encoder_and_back(
+        tmp_path: Path, kit: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from callgate.audit import _chain
+
+    assert _chain._orjson is not None
+    written = {}
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(_chain, "_orjson", None)
+        path = tmp_path / f"{fast}.db"
+        with AuditStore.open(path) as store:
+            kit.start(store, "r")
+            call = kit.make_call("r", 1).model_copy(update={"parameters": {
+                "url": "https://example.org/é?q=1", "n": [1, 2.5, 1e-05, 2**70, None, True],
+                "ctl": "\x00\x1f\u2028"}})
+            store.record_decision("r", call, kit.allow(call))
+            store.record_system("r", "note", {"small": 1e-7, "big": 1e16, "nan": float("nan")})
+            store.end_run("r")
+        written[fast] = path
+        monkeypatch.undo()
+    for path in written.values():  # each verified on both paths
+        assert verify_file(path).ok
+        monkeypatch.setattr(_chain, "_orjson", None)
+        assert verify_file(path).ok
+        monkeypatch.undo()
+    # (read as bytes: U+2028 is a line end to str.splitlines, not to the segment)
+    payloads = [[line[line.find(b'"payload":'):line.find(b',"prev":')].decode()
+                 for line in Path(f"{p}.log").read_bytes().split(b"\n")[:-1]]
+                for p in written.values()]
+    assert payloads[0] == payloads[1] and len(payloads[0]) == 4  # the same text either way
+    assert '"n":[1,2.5,1e-05,1180591620717411303424,null,true]' in payloads[0][1]
