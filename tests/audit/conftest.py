@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from callgate import Decision, Reason, TaintLabel, ToolCall, ToolResult
+from callgate._text import lines_of
 from callgate.audit import AuditStore
 from callgate.audit._chain import (
     EVENT_COLUMNS,
@@ -178,7 +179,7 @@ class Kit:
 
     def lines(self, path: Path) -> list[str]:
         """The segment's lines (each a record's hash and text), in order."""
-        return Path(f"{path}.log").read_text(encoding="utf-8").splitlines()
+        return lines_of(Path(f"{path}.log").read_text(encoding="utf-8"))
 
     def write_lines(self, path: Path, lines: list[str]) -> None:
         """Replace the segment's lines (the index is left as it is)."""

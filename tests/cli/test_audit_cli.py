@@ -106,3 +106,21 @@ def test_a_log_whose_name_is_not_utf8_is_verified_and_named_without_a_traceback(
     missing = run("verify", os.fsdecode(b"nope-\xfe.db"), cwd=tmp_path)
     assert missing.returncode == 2
     assert "Traceback" not in missing.stderr and "nope-" in missing.stderr
+
+
+def test_an_export_holding_line_separators_checks_against_its_log(
+        tmp_path: Path, kit: Any) -> None:
+    # U+2028 and U+0085 are line ends to str.splitlines, not to a JSON Lines file
+    path = tmp_path / "a.db"
+    with AuditStore.open(path) as store:
+        kit.start(store, "a")
+        call = kit.make_call("a", 1, tool="fetch\u2028evil\x85x").model_copy(
+            update={"parameters": {"url": "https://example.org/\u2028\u2029"}})
+        store.record_decision("a", call, kit.allow(call))
+        store.end_run("a")
+    spans = tmp_path / "spans.jsonl"
+    exported = run("export", str(path), "--include-arguments", "--output", str(spans))
+    assert exported.returncode == 0, exported.stderr
+    assert "\u2028" in spans.read_text(encoding="utf-8")
+    checked = run("check-export", str(path), str(spans))
+    assert checked.returncode == 0, checked.stdout + checked.stderr

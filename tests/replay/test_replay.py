@@ -187,6 +187,19 @@ def test_a_trace_file_replays_under_a_policy_and_diffs_verdicts(tmp_path: Path) 
     assert _cli("replay", str(trace)).exit_code == 2  # a trace records no policy
 
 
+def test_a_trace_whose_strings_hold_line_separators_replays_line_by_line(tmp_path: Path) -> None:
+    # U+2028 and U+0085 inside a JSON string are no line ends of a JSON Lines file
+    trace = tmp_path / "trace.jsonl"
+    lines = [{**GET, "status": "ok", "output": f"<p>a\u2028b\x85c {n}</p>"} for n in range(3)]
+    trace.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines),
+                     encoding="utf-8")
+    policy = tmp_path / "limited.yaml"
+    policy.write_text(RATE_LIMITED)
+    done = _cli("replay", str(trace), "--policy", str(policy), "--verbose")
+    assert done.exit_code == 1, done.output  # read as three calls: the third is denied
+    assert "call 3 http.get fetch" in done.output
+
+
 def test_a_log_rewritten_with_its_own_key_is_refused_with_the_key_kept_apart(
         tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()

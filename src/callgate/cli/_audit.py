@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from callgate._errors import CallgateError
+from callgate._text import lines_of
 from callgate.audit._checkpoint import key_id, public_key_of
 from callgate.audit._files import default_anchor_path, default_key_path, verify_file
 from callgate.audit._keys import create_key, display, public_path_for, public_pem, read_public_key
@@ -459,7 +460,7 @@ def check_export_command(db_or_spans: tuple[str, ...], store_url: str | None,
     db = _log_target(given[0] if given else None, store_url)
 
     try:
-        lines = Path(spans).read_text(encoding="utf-8").splitlines()
+        lines = lines_of(Path(spans).read_text(encoding="utf-8"))
         parsed = [json.loads(line) for line in lines if line.strip()]
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         fail(f"error: cannot read spans from {display(spans)}: {exc}")

@@ -14,6 +14,7 @@ from typing import Any
 
 from callgate._jsonlimits import loads_bounded
 from callgate._model import Decision, TaintLabel, ToolResult
+from callgate._text import lines_of
 from callgate.policy._schema import Policy
 from callgate.replay._recorded import Call, Note, Recording, ReplayError, Report, Step
 
@@ -60,7 +61,7 @@ def trace_recording(path: str | os.PathLike[str], policy: Policy) -> Recording:
     where = os.fspath(path)
     try:
         with open(where, encoding="utf-8") as stream:
-            lines = stream.read().splitlines()
+            lines = lines_of(stream.read())
     except (OSError, UnicodeDecodeError) as exc:
         raise ReplayError(f"cannot read the trace {where}: {exc}") from exc
     steps: list[Step] = []
