@@ -102,6 +102,8 @@ def _walk(node: object, depth: int, budget: int) -> int:
         return budget
     if depth >= _PLAIN_DEPTH or budget <= 0:
         return -1
+    # Two loops, for a dict's values and a list's items: compiled, each is specialised to its
+    # container (one loop over any iterable walks a record in twice the time).
     if type(node) is dict:
         assert isinstance(node, dict)
         budget -= len(node)
