@@ -23,12 +23,17 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["MAX_IDENTIFIERS", "identifiers", "may_be_identifier", "normal_identifier"]
+__all__ = ["MAX_IDENTIFIERS", "URL_AUTHORITY", "identifiers", "may_be_identifier",
+           "normal_identifier"]
 
 #: Identifiers taken from one text; the rest are not traced.
 MAX_IDENTIFIERS = 64
 #: Characters of a text scanned for identifiers.
 MAX_SCAN = 262_144
+#: ``scheme://authority`` at the start of a URL, the authority up to 240 characters: all that a
+#: URL's scheme and host depend on (``urlsplit`` ends the authority at the first ``/``, ``?`` or
+#: ``#``), so the host check and the abstraction parse a host once for all the URLs below it.
+URL_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]{0,240}(?=[/?#]|\Z)")
 
 _EMAIL = r"[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
 _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})\.)+[A-Za-z]{2,24}"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from callgate._identifiers import URL_AUTHORITY
 from callgate.abstraction._catalog import ground
 from callgate.abstraction._scripts import (
     Effect,
@@ -83,19 +83,13 @@ class ScriptContext:
     working_dir: str | None = None
 
 
-#: ``scheme://authority``: all that a URL's host depends on (``urlsplit`` ends the authority at
-#: the first ``/``, ``?`` or ``#``). The host check's own (``matchers._hosts``) is above this
-#: layer, so the abstraction reads the prefix itself.
-_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]{0,240}(?=[/?#]|$)")
-
-
 def _host_of(url: Any) -> str | None:
     """The host ``urlsplit`` reads in ``url`` (a URL without ``://`` is read as a bare host);
     parsed once for all the URLs below one authority."""
     if not isinstance(url, str):
         return None
     text = url if "://" in url else f"//{url}"
-    found = _AUTHORITY.match(text)
+    found = URL_AUTHORITY.match(text)
     return _hostname(text) if found is None else _remembered_hostname(found.group())
 
 

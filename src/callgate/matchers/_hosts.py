@@ -22,6 +22,8 @@ import unicodedata
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from callgate._identifiers import URL_AUTHORITY
+
 #: Schemes ``check_host`` lets through; everything else (file, gopher, ftp, data…) is denied.
 ALLOWED_SCHEMES: frozenset[str] = frozenset({"http", "https"})
 
@@ -97,13 +99,6 @@ def normalize_host(host: str) -> str | None:
     return ascii_host
 
 
-#: ``scheme://authority``: what the host of a URL depends on (``urlsplit`` cuts the authority
-#: at the first ``/``, ``?`` or ``#``; the scheme is the part before the first ``:``).
-_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
-#: Authorities up to this length have their parse remembered.
-_CACHED_AUTHORITY = 256
-
-
 def _parse(url: object) -> tuple[str, str] | str:
     """``(scheme, host)`` of a URL, or the reason there is no trustworthy host."""
     if not isinstance(url, str):  # callers pass agent input: fail closed on anything else
@@ -113,19 +108,12 @@ def _parse(url: object) -> tuple[str, str] | str:
         return f"URL {_show(url)} contains {bad!r}, which parsers read differently"
     # The scheme and host follow from ``scheme://authority`` alone: a host's parse is made once
     # for all the URLs below it. A failure is parsed again whole, so its message shows the URL.
-    prefix = authority(url)
-    if prefix is not None:
-        parsed = _parse_authority(prefix)
+    found = URL_AUTHORITY.match(url)
+    if found is not None:
+        parsed = _parse_authority(found.group())
         if not isinstance(parsed, str):
             return parsed
     return _parse_whole(url)
-
-
-def authority(url: str) -> str | None:
-    """``scheme://authority`` at the start of ``url``, all that its scheme and host depend on,
-    when it is short enough to remember a parse of; else None."""
-    found = _AUTHORITY.match(url)
-    return found.group() if found is not None and found.end() <= _CACHED_AUTHORITY else None
 
 
 def _parse_whole(url: str) -> tuple[str, str] | str:
