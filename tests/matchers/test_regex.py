@@ -172,6 +172,23 @@ def test_translated_pattern_agrees_with_python_on_generated_patterns_and_text(
         assert whole.matches(text) == whole_found, (pattern, text)
 
 
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(_PATTERNS, st.lists(_SUBJECTS, min_size=1, max_size=6))
+def test_the_direct_re2_call_and_the_wrapper_agree_on_generated_patterns(
+    raw: str, subjects: list[str]
+) -> None:
+    for mode in ("search", "fullmatch"):
+        pattern = compile_policy_pattern(_unique_group_names(raw), mode, max_length=None)
+        wrapped = (pattern._regexp.search if mode == "search" else pattern._regexp.fullmatch)
+        for text in subjects:
+            try:
+                data = text.encode("utf-8")
+            except UnicodeEncodeError:
+                continue
+            assert pattern.matches(text) == (wrapped(data) is not None), (raw, mode, text)
+
+
 @pytest.mark.parametrize(
     ("pattern", "text"),
     [

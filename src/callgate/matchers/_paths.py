@@ -552,7 +552,10 @@ def canonical_parameters(
 def _allowed_by(
     resolved: str, patterns: Sequence[str], working_dir: str, follow: Collection[str]
 ) -> bool:
-    return any(compile_glob(p, working_dir, p in follow).matches(resolved) for p in patterns)
+    for pattern in patterns:  # a loop, not ``any`` over a generator: this runs per path
+        if compile_glob(pattern, working_dir, pattern in follow).matches(resolved):
+            return True
+    return False
 
 
 def _check_one(

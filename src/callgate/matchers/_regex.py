@@ -32,13 +32,14 @@ import importlib
 import re
 import sys
 import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import re2  # google-re2 ships no type information (ignore_missing_imports in pyproject)
 
 from callgate._errors import CallgateError
+from callgate._re2 import re2_test
 
 # ``re._parser`` and ``re._compiler`` are the engine's own; typeshed does not describe them.
 _parser: Any = importlib.import_module("re._parser")
@@ -88,6 +89,10 @@ class PolicyPattern:
     translated: str
     mode: Mode
     _regexp: Any
+    _test: Callable[[bytes], bool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_test", re2_test(self._regexp, self.mode))
 
     def matches(self, text: str) -> bool:
         """Whether the pattern is found in ``text`` (``search``) or matches all of it.
@@ -100,9 +105,7 @@ class PolicyPattern:
             raise SubjectError(
                 f"text holds a lone surrogate at index {exc.start}; it cannot be matched"
             ) from exc
-        if self.mode == "search":
-            return self._regexp.search(data) is not None
-        return self._regexp.fullmatch(data) is not None
+        return self._test(data)
 
 
 def compile_policy_pattern(

@@ -35,6 +35,7 @@ import re2  # google-re2 ships no type information (ignore_missing_imports in py
 
 from callgate._identifiers import identifiers, normal_identifier
 from callgate._model import Event
+from callgate._re2 import re2_test
 from callgate.temporal import _nodes as n
 
 #: Characters of an event's output that patterns observe (64 KiB); the rest is not seen.
@@ -176,16 +177,17 @@ class GlobSet:
         self._globs = tuple(Glob(p, casefold=casefold) for p in patterns)
         flags = "(?si)" if casefold else "(?s)"
         alternatives = "|".join(f"(?:{glob_regex(p)})" for p in patterns)
+        self._test: Callable[[bytes], bool] | None
         try:
-            self._regex: Any = re2.compile(f"{flags}(?:{alternatives})")
+            self._test = re2_test(re2.compile(f"{flags}(?:{alternatives})"), "fullmatch")
         except (re2.error, UnicodeError, ValueError):  # a surrogate, or past RE2's memory
-            self._regex = None
+            self._test = None
 
     def matches(self, text: str) -> bool:
         """Whether the whole of ``text`` matches one of the patterns."""
-        if self._regex is not None:
+        if self._test is not None:
             try:
-                return self._regex.fullmatch(text) is not None
+                return self._test(text.encode("utf-8"))
             except UnicodeError:
                 pass
         return any(glob.matches(text) for glob in self._globs)
