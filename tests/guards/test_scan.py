@@ -5,12 +5,15 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from callgate._model import ToolCall
 from callgate.guards import _scan
-from callgate.guards._scan import HttpParts, data_bytes, scan_of
+from callgate.guards._scan import HttpParts, data_bytes, registrable, scan_of, split_url
 from callgate.kernel import Kernel
 from callgate.policy._schema import Policy
 
@@ -91,3 +94,50 @@ def test_http_parts_measure_data_per_channel() -> None:
                                               *parts.custom_headers.values()])) + \
         sum(len(label) for label in parts.labels if data_bytes(label))
     assert HttpParts({"url": "https://docs.python.org/3/library/asyncio.html?q=tasks"}).cost == 0
+
+
+_URL_CHARS = st.sampled_from([*"aZ09.-_~:/?#[]@!$&'()*+,;=% \t\r\n\x00\u00e9\u0130", "//", "://",
+                              "%2F", "%3F", "xn--", "[::1]", "1.2.3.4", ":80"])
+_URLS = st.one_of(
+    st.builds("".join, st.lists(_URL_CHARS, max_size=24)),
+    st.builds(lambda scheme, rest: f"{scheme}://{rest}", st.sampled_from(["http", "HTTPS", "s3+x"]),
+              st.builds("".join, st.lists(_URL_CHARS, max_size=24))),
+)
+
+
+def _urlsplit_reading(url: str) -> tuple[object, ...]:
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+    except ValueError as exc:
+        return ("error", str(exc))
+    return (host, parts.path, parts.query)
+
+
+def _split_url_reading(url: str) -> tuple[object, ...]:
+    try:
+        host, _, _, path, query = split_url(url)
+    except ValueError as exc:
+        return ("error", str(exc))
+    return (host, path, query)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_URLS)
+def test_the_split_url_reads_host_path_and_query_as_urlsplit_does(url: str) -> None:
+    assert _split_url_reading(url) == _urlsplit_reading(url)
+
+
+@pytest.mark.parametrize("url", [
+    "https://api.example.com/a/b?x=1#frag?y=2", "https://h.example.com?q=1/2", "https://h#x?y",
+    "http://[::1]:8080/p?q", "https://user:pw@Host.Example.COM:443/P%2Fq?a=%41",
+    "https://h.example.com/a\tb?c\n=d", "https://[::1/p", "https://h.example.com",
+    "mailto:x@y.z", "//h.example.com/p?q", "https://" + "a" * 300 + ".com/p?q=1",
+])
+def test_the_split_url_agrees_with_urlsplit_on_the_edges(url: str) -> None:
+    assert _split_url_reading(url) == _urlsplit_reading(url)
+    if _urlsplit_reading(url)[0] != "error":
+        host, domain, labels, _, _ = split_url(url)
+        assert domain == registrable(host)
+        assert labels == (tuple(host.split(".")[:-2]) if not host.replace(".", "").isdigit()
+                          else ())

@@ -13,12 +13,14 @@ call object, even an equal one, gets a fresh scan, and a guard never reads anoth
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from callgate._identifiers import URL_AUTHORITY
 from callgate._model import ToolCall
 from callgate.guards._decode import Forms, decode_all
 from callgate.guards._store import MAX_SCAN_CHARS
@@ -52,23 +54,54 @@ def data_bytes(text: str) -> int:
     return total
 
 
+@functools.lru_cache(maxsize=4096)
+def _host_parts(url: str) -> tuple[str, str, tuple[str, ...]]:
+    """The host ``urlsplit`` reads in ``url`` (lower-cased), its registrable domain and its
+    subdomain labels (none for an IP literal)."""
+    host = (urlsplit(url).hostname or "").lower()
+    labels = host.split(".")
+    return host, registrable(host), tuple(labels[:-2]) if not host.replace(".", "").isdigit() \
+        else ()
+
+
+#: What ``urlsplit`` strips from or removes anywhere in a URL; a URL holding one is split whole.
+_REMOVED = re.compile(r"[\t\r\n]")
+
+
+def split_url(url: str) -> tuple[str, str, tuple[str, ...], str, str]:
+    """``urlsplit``'s reading of ``url``: host (lower-cased), registrable domain, subdomain
+    labels, path and query.
+
+    The host depends on ``scheme://authority`` alone (``URL_AUTHORITY``), so it is parsed once
+    for all the URLs below one authority; what follows it is cut as ``urlsplit`` cuts it (the
+    fragment at the first ``#``, then the query at the first ``?``). A URL without that prefix,
+    or holding a tab or line end (which ``urlsplit`` removes first), is split whole. A test
+    holds the two readings equal.
+    """
+    found = URL_AUTHORITY.match(url)
+    if found is None or _REMOVED.search(url):
+        parts = urlsplit(url)
+        return (*_host_parts(url), parts.path, parts.query)
+    rest = url[found.end():].split("#", 1)[0]
+    path, _, query = rest.partition("?")
+    return (*_host_parts(found.group()), path, query)
+
+
 class HttpParts:
     """The parts of an HTTP call the egress rules look at, and the data each part carries."""
 
     def __init__(self, params: Mapping[str, Any]) -> None:
         url = params.get("url")
         self.url = url if isinstance(url, str) else ""
-        parts = urlsplit(self.url)
-        self.host = (parts.hostname or "").lower()
-        self.domain = registrable(self.host)
-        labels = self.host.split(".")
-        self.labels = labels[:-2] if not self.host.replace(".", "").isdigit() else []
-        query = [v for _, v in parse_qsl(parts.query, keep_blank_values=True)]
+        self.host, self.domain, labels, path, query_text = split_url(self.url)
+        self.labels = list(labels)
+        query = [v for _, v in parse_qsl(query_text, keep_blank_values=True)] \
+            if query_text else []
         extra = params.get("params")
         if isinstance(extra, Mapping):
             query += list(walk_strings(dict(extra)))
         self.query = query
-        self.segments = [unquote(s) for s in parts.path.split("/") if s]
+        self.segments = [unquote(s) for s in path.split("/") if s]
         headers = params.get("headers")
         self.headers: dict[str, str] = {
             str(k).lower(): str(v) for k, v in headers.items()
