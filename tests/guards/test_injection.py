@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Any
 
@@ -79,6 +80,36 @@ def test_extra_phrases_from_settings_are_matched_normalised() -> None:
     g = InjectionGuard(extra_phrases=["wire the funds"])
     reason = g.check(tool_call("http", "post", "t", body="Now W\u0406RE the funds"), frozenset())
     assert reason is not None and reason.id == "guard.injection.homoglyph"
+
+
+_PHRASE_PARTS = st.sampled_from([
+    "ignore", "disregard", "forget", "all", "any", "the", "previous", "prior", "above", "your",
+    "instructions", "prompts", "rules", "new", "updated", "override", "system", "instructions:",
+    "you", "are", "now", "in", "developer", "dan", "god", "mode", "do", "not", "tell", "user",
+    "reveal", "leak", "prompt", "wire", "funds", "modes", "ignored", ":", "  ", "\n",
+])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_PHRASE_PARTS, max_size=12), st.sampled_from([" ", "", "  ", "-"]))
+def test_the_phrase_screen_never_changes_what_the_phrases_find(parts: list[str],
+                                                               sep: str) -> None:
+    # Texts made of the phrases' own words: the screen skips the search only where the
+    # unscreened expression finds nothing either.
+    text = normalise(sep.join(parts))
+    for guard in (InjectionGuard(), InjectionGuard(extra_phrases=["Wire  the FUNDS"])):
+        screen: Any = guard._search.__self__  # type: ignore[attr-defined]  # Screened.search
+        screened = guard._search(text)
+        unscreened = re.compile(screen.source).search(text)
+        assert (screened is None) == (unscreened is None), text
+        if screened is not None and unscreened is not None:
+            assert screened.group(0) == unscreened.group(0)
+
+
+def test_an_extra_phrase_that_normalises_to_nothing_is_searched_in_every_text() -> None:
+    reason = InjectionGuard(extra_phrases=["  "]).check(
+        tool_call("http", "get", "t", url="https://example.com/"), frozenset())
+    assert reason is not None and reason.id == "guard.injection.phrase"
 
 
 def test_kernel_with_built_guards_denies_the_injected_call_before_rules_allow_it() -> None:

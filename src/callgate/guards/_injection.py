@@ -21,12 +21,13 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from callgate._model import Reason, ToolCall, ToolResult
 from callgate.guards._scan import scan_of
 from callgate.guards._text import CACHED_CHARS, walk_strings
+from callgate.matchers._screen import Screened
 
 #: Cyrillic and Greek letters that render like Latin ones (lower case; input is case-folded).
 CONFUSABLES: Mapping[str, str] = {
@@ -57,6 +58,10 @@ DEFAULT_PHRASES: tuple[str, ...] = (
 )
 #: Parameters that name a command, a place or an address (where a mixed-script word is a
 #: disguise, never prose).
+#: One of these is in every text a default phrase matches (after ``normalise``): a text with
+#: none of them is not searched.
+_PHRASE_LITERALS = ("ignore ", "disregard ", "forget ", "instructions", " mode", "do not ",
+                    "system prompt")
 NAME_KEYS = frozenset({"command", "argv", "cmd", "program", "args", "url", "host", "hostname",
                        "path", "paths", "file", "filename", "dest", "destination", "target",
                        "to", "recipient", "database", "table", "name"})
@@ -122,8 +127,14 @@ class InjectionGuard:
     name = "injection"
 
     def __init__(self, extra_phrases: Iterable[str] = ()) -> None:
-        patterns = [*DEFAULT_PHRASES, *(re.escape(normalise(p)) for p in extra_phrases)]
-        self._phrases = re.compile("|".join(f"(?:{p})" for p in patterns))
+        extra = [normalise(p) for p in extra_phrases]
+        phrases = re.compile("|".join(
+            f"(?:{p})" for p in (*DEFAULT_PHRASES, *(re.escape(p) for p in extra))))
+        # A text holding none of the phrases' literals is not searched (an extra phrase is its
+        # own literal; one that normalises to nothing matches every text, so none is skipped).
+        self._search: Callable[[str], re.Match[str] | None] = Screened(
+            phrases, (*_PHRASE_LITERALS, *extra), ignore_case=False).search if all(extra) \
+            else phrases.search
 
     def check(self, call: ToolCall, taint: frozenset[str]) -> Reason | None:
         """A reason to deny a call whose parameters carry an injection."""
@@ -134,10 +145,10 @@ class InjectionGuard:
                               message=f"parameter {key!r} holds a word mixing Latin with "
                                       f"look-alike letters ({word!r})")
         for text in scan_of(call).strings:
-            found = self._phrases.search(normalise(text))
+            found = self._search(normalise(text))
             if found is None:
                 continue
-            what = "phrase" if self._phrases.search(_unmapped(text)) else "homoglyph"
+            what = "phrase" if self._search(_unmapped(text)) else "homoglyph"
             return Reason(id=f"guard.injection.{what}", check="guard",
                           message=f"a parameter carries an injected instruction "
                                   f"({found.group(0)!r})")
