@@ -39,3 +39,15 @@ def test_what_the_search_calls_impossible_no_random_run_does(
     for pattern in found.dead:
         compiled = CompiledPattern(pattern, parsed.variables, False)
         assert not any(compiled.ground(e) for run in runs for e in run), (text, pattern)
+
+
+def test_a_variable_contained_in_a_text_that_must_match_a_pattern_is_still_reached() -> None:
+    # The search once set an output that must contain $v to $v's value alone, which a text
+    # pattern on the same output then refused: it called this statement unbreakable, though
+    # one event matching both patterns breaks it (nothing earlier matched the first).
+    text = ('prec(y in {"2", "M"} and output ~ "*M*" and x = $v and output contains $v, '
+            "action = a and x = $v)")
+    found = reach(parse_statement(text), SIGNATURE)
+    assert found.breaks is not None
+    behavior = compile_behavior([BehaviorStatement(id="s", rule=text)])
+    assert behavior.check_trace(list(found.breaks))

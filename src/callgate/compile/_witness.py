@@ -342,13 +342,17 @@ def _choices(field: str, atoms: list[n.Atom], blank: Event, vocab: _Vocabulary,
     if len({_key(bound[v]) for v in variables if v in bound}) > 1:
         return []  # two variables of different values on one field
     shared = [bound[v] for v in variables if v in bound]
+    # ``contains $x`` alone: the value, or a candidate text holding it (another atom on the
+    # field may need more around it, such as a text pattern's literal)
+    holds = bool(shared) and not any(isinstance(a, n.VarEq) for a in atoms)
     options: list[Event] = []
     if field.startswith("arg:"):
         base = field[4:]
         if base not in has:
             return []
         written = {getattr(a.atom if isinstance(a, n.Each) else a, "arg", base) for a in atoms}
-        values = shared or [v for w in sorted(written) for v in vocab.values.get(w, [])]
+        candidates = [v for w in sorted(written) for v in vocab.values.get(w, [])]
+        values = _holding(shared, candidates) if holds else shared or candidates
         labels = [frozenset(), *{lab for w in written for lab in vocab.provenance.get(w, [])}]
         options = [dataclasses.replace(blank, args={base: value}, provenance={
             w: (label,) for w in written} if label else {})
@@ -360,9 +364,23 @@ def _choices(field: str, atoms: list[n.Atom], blank: Event, vocab: _Vocabulary,
     elif field == "source":
         options = [dataclasses.replace(blank, source=t) for t in vocab.sources]
     else:  # the output's text
-        texts = [text_of(v) for v in shared] or vocab.outputs
+        texts = _holding(shared, vocab.outputs) if holds else \
+            [text_of(v) for v in shared] or vocab.outputs
         options = [dataclasses.replace(blank, output=o) for o in texts]
     return [e for e in options if all(t(e) for t in tests)][:MAX_CHOICES]
+
+
+def _holding(shared: Sequence[Any], candidates: Sequence[Any]) -> list[Any]:
+    """Values holding a variable's value: the value itself, its text, the candidate texts
+    holding it, then each candidate text with it appended."""
+    text = text_of(shared[0])
+    found: list[Any] = [shared[0], text,
+                        *(c for c in candidates if isinstance(c, str) and text in c)]
+    found += [f"{c}{text}" for c in candidates if isinstance(c, str) and text not in c]
+    unique: dict[Hashable, Any] = {}
+    for value in found:
+        unique.setdefault(_key(value), value)
+    return list(unique.values())
 
 
 def _spread(vocab: _Vocabulary, signature: Signature) -> Iterator[Event]:
