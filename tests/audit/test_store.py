@@ -193,6 +193,29 @@ def test_a_segment_that_cannot_grow_fails_the_append_and_keeps_the_chain(
         assert store.verify().ok
 
 
+@pytest.mark.interpreted
+def test_a_short_write_is_completed_and_the_line_is_whole(tmp_path: Path, kit: Any) -> None:
+    real = os.write
+    shorts: list[int] = []
+
+    def short_first(fd: int, data: Any) -> int:
+        if not shorts:  # the first write of the append takes 7 bytes only
+            shorts.append(len(data))
+            return real(fd, bytes(data[:7]))
+        return real(fd, data)
+
+    path = tmp_path / "a.db"
+    with AuditStore.open(path) as store:
+        kit.start(store, "r1")
+        with mock.patch.object(os, "write", short_first):
+            seq = store.record_result("r1", ToolResult(call_id="c", status="ok", output="x" * 99))
+        assert shorts and shorts[0] > 7
+        assert [r.seq for r in store.records("r1")][-1] == seq
+        store.end_run("r1")
+        assert store.verify().ok
+    assert verify_file(path).ok
+
+
 def test_a_read_only_file_refuses_writes_and_stays_intact(tmp_path: Path, kit: Any) -> None:
     path = tmp_path / "a.db"
     with AuditStore.open(path) as store:

@@ -149,7 +149,8 @@ class Segment:
         AuditError is raised."""
         try:
             written = os.write(self._fd, data)  # a regular file takes it whole, bar a full disk
-            view = memoryview(data)[written:]
+            # (the rest, if any, through a view: no copy, and no view made when none is left)
+            view = memoryview(data)[written:] if written < len(data) else None
             while view:
                 written = os.write(self._fd, view)
                 if written <= 0:  # pragma: no cover - a regular file writes or raises
