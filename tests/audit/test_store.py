@@ -193,7 +193,6 @@ def test_a_segment_that_cannot_grow_fails_the_append_and_keeps_the_chain(
         assert store.verify().ok
 
 
-@pytest.mark.interpreted
 def test_a_short_write_is_completed_and_the_line_is_whole(tmp_path: Path, kit: Any) -> None:
     real = os.write
     shorts: list[int] = []
