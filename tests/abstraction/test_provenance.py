@@ -104,3 +104,21 @@ def test_field_segments_are_bounded_and_refuse_what_is_not_structured() -> None:
     assert segments is not None and len(segments) <= MAX_LEAVES
     assert field_segments('{"recipient": "X", "memo": ["a", "b"]}', DOC, ["recipient"]) == [
         ("X", frozenset()), ("a", DOC), ("b", DOC)]
+
+
+def test_an_abstracted_event_carries_each_part_in_its_own_field() -> None:
+    # The events are built positionally: a field swapped with one of the same type (the
+    # taint and the source are both label sets) would go unseen by the type checker.
+    ab = _abstractor()
+    ab.abstract({"tool": "get_webpage", "parameters": {"url": "https://example.com/a"},
+                 "output": "see https://example.com/b"})
+    [event] = ab.preview({"tool": "lookup", "parameters": {"q": "https://example.com/b"},
+                          "status": "error", "output": "found", "taint": ["email"],
+                          "output_source": ["user-provided"]}, line=4)
+    assert (event.action, dict(event.args), event.status) == (
+        "lookup", {"q": "https://example.com/b"}, "error")
+    assert (event.output, event.seq, event.line, event.derived) == ("found", 2, 4, False)
+    assert event.taint == frozenset({"email", "web"})  # its own, and what the URL carried
+    assert event.source == frozenset({"user-provided"})
+    assert [(f.arg, f.source_event) for f in event.flows] == [("q", 1)]
+    assert event.provenance == {"q": (WEB,), "links(q)": (WEB,)}
