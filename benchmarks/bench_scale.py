@@ -15,6 +15,7 @@ benchmarks/out/scale.json and .md. Run: ``.venv/bin/python benchmarks/bench_scal
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -72,6 +73,10 @@ def _start(root: Path, store: str | None, index: int) -> tuple[subprocess.Popen[
     raise RuntimeError("a sidecar did not start")
 
 
+#: Numbers each drive's URLs apart: the guards' caches are process-wide (see bench_sidecar).
+_DRIVES = itertools.count()
+
+
 async def _drive(ports: list[int], key: str, total: int, one_run: bool) -> dict[str, Any]:
     shared = None
     if one_run:
@@ -81,8 +86,9 @@ async def _drive(ports: list[int], key: str, total: int, one_run: bool) -> dict[
     latencies: list[float] = []
     per = max(1, total // CLIENTS)
     started = time.perf_counter()
+    url = f"https://api.example.org/r{next(_DRIVES)}x"  # URLs no earlier drive sent
     await asyncio.gather(*(_client(ports[i % len(ports)], key, per, i, latencies,
-                                   run_id=shared, url="https://api.example.org/r")
+                                   run_id=shared, url=url)
                            for i in range(CLIENTS)))
     return _figures(latencies, time.perf_counter() - started, digits=2)
 

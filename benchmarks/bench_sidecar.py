@@ -11,6 +11,7 @@ Run: ``.venv/bin/python benchmarks/bench_sidecar.py [DECISIONS_PER_LEVEL]`` (def
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -83,11 +84,18 @@ def _figures(latencies: list[float], elapsed: float, digits: int = 3) -> dict[st
             "p99_ms": round(latencies[min(n - 1, int(n * 0.99))] * 1e3, digits)}
 
 
+_LOADS = itertools.count()
+
+
 async def _level(port: int, key: str, clients: int, total: int) -> dict[str, Any]:
     latencies: list[float] = []
     per = max(1, total // clients)
+    # URLs no earlier load sent: the guards' caches are process-wide, and a URL the server
+    # decoded before would be decoded again for free
+    url = f"https://api.github.com/repos/o/r{next(_LOADS)}x"
     started = time.perf_counter()
-    await asyncio.gather(*(_client(port, key, per, i, latencies) for i in range(clients)))
+    await asyncio.gather(*(_client(port, key, per, i, latencies, url=url)
+                           for i in range(clients)))
     return {"clients": clients, **_figures(latencies, time.perf_counter() - started)}
 
 
