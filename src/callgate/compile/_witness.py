@@ -12,11 +12,11 @@ value meeting all its atoms on that field (only Σ's values, when a schema lists
 Σ's, the statement's literals with a neighbour of each number and an example of each text
 pattern, or a fresh value; a field that must contain a variable's value: that value, or a
 candidate text holding it or ending with it), then alternatives one field at a time, and the
-fields it leaves free set otherwise. The statement's variables take, together, the values of the arguments they
-are compared with or a fresh one, one choice at a time. Beside them, events over every
-combination of those values (sampled past a bound), which match some patterns and not others.
-The search tries every run of up to three events of one choice, then runs of one event
-repeated (counting statements need N + 1 alike events), within ``MAX_RUNS``.
+fields it leaves free set otherwise. The statement's variables take, together, the values of
+the arguments they are compared with or a fresh one, one choice at a time. Beside them, events
+over every combination of those values (sampled past a bound), which match some patterns and
+not others. The search tries every run of up to three events of one choice, then runs of one
+event repeated (counting statements need N + 1 alike events), within ``MAX_RUNS``.
 ``tests/compile/test_witness.py`` holds it to random statements of every form and random runs:
 what it calls impossible, no run does.
 """
