@@ -56,12 +56,12 @@ DEFAULT_PHRASES: tuple[str, ...] = (
     r"do not (?:tell|inform|alert|notify) the user",
     r"(?:reveal|print|output|leak) (?:your|the) system prompt",
 )
-#: Parameters that name a command, a place or an address (where a mixed-script word is a
-#: disguise, never prose).
 #: One of these is in every text a default phrase matches (after ``normalise``): a text with
 #: none of them is not searched.
 _PHRASE_LITERALS = ("ignore ", "disregard ", "forget ", "instructions", " mode", "do not ",
                     "system prompt")
+#: Parameters that name a command, a place or an address (where a mixed-script word is a
+#: disguise, never prose).
 NAME_KEYS = frozenset({"command", "argv", "cmd", "program", "args", "url", "host", "hostname",
                        "path", "paths", "file", "filename", "dest", "destination", "target",
                        "to", "recipient", "database", "table", "name"})
