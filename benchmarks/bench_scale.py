@@ -86,7 +86,7 @@ async def _drive(ports: list[int], key: str, total: int, one_run: bool) -> dict[
     latencies: list[float] = []
     per = max(1, total // CLIENTS)
     started = time.perf_counter()
-    url = f"https://api.example.org/r{next(_DRIVES)}x"  # URLs no earlier drive sent
+    url = f"https://api.example.org/l{next(_DRIVES)}/r"  # URLs no earlier drive sent
     await asyncio.gather(*(_client(ports[i % len(ports)], key, per, i, latencies,
                                    run_id=shared, url=url)
                            for i in range(CLIENTS)))
