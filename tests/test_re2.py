@@ -26,3 +26,14 @@ def test_re2_test_answers_as_the_package_wrapper_does(
     wrapper = regexp.search if mode == "search" else regexp.fullmatch
     assert re2_test(regexp, mode)(data) is expected
     assert (wrapper(data) is not None) is expected
+
+
+def test_without_the_packages_match_the_wrapper_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from callgate import _re2
+
+    monkeypatch.setattr(_re2, "_ANCHORS", None)  # as on a package that does not expose them
+    regexp = re2.compile(r"/srv/(?:[^/]+/)*[^/]+\.txt")
+    whole, found = re2_test(regexp, "fullmatch"), re2_test(regexp, "search")
+    assert whole.__name__ != "direct"
+    assert whole(b"/srv/a/b.txt") and not whole(b"x/srv/a.txt")
+    assert found(b"x/srv/a.txt") and not found(b"/srv/.txt")
