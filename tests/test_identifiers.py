@@ -3,13 +3,17 @@ for one."""
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from callgate._identifiers import (
     MAX_IDENTIFIERS,
+    URL_AUTHORITY,
     _patterns,
+    authority_hostname,
     identifiers,
     may_be_identifier,
     normal_identifier,
@@ -78,3 +82,13 @@ def test_a_text_ruled_out_without_the_patterns_matches_none_of_them(text: str) -
     if not may_be_identifier(stripped):
         assert not any(pattern.fullmatch(stripped) for pattern in _patterns()[1].values())
         assert normal_identifier(text) is None
+
+
+def test_the_host_of_an_authority_is_urlsplits_and_a_malformed_one_raises_every_time() -> None:
+    for url in ("https://User@Docs.Example.org:8443/a?b", "http://[::1]:80/x", "s3://bucket/k"):
+        found = URL_AUTHORITY.match(url)
+        assert found is not None
+        assert authority_hostname(found.group()) == urlsplit(url).hostname
+    for _ in range(2):  # a failure is not remembered as an answer
+        with pytest.raises(ValueError):
+            authority_hostname("https://[::1")

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import functools
 import re
+from urllib.parse import urlsplit
 
-__all__ = ["MAX_IDENTIFIERS", "URL_AUTHORITY", "identifiers", "may_be_identifier",
-           "normal_identifier"]
+__all__ = ["MAX_IDENTIFIERS", "URL_AUTHORITY", "authority_hostname", "identifiers",
+           "may_be_identifier", "normal_identifier"]
 
 #: Identifiers taken from one text; the rest are not traced.
 MAX_IDENTIFIERS = 64
@@ -34,6 +35,14 @@ MAX_SCAN = 262_144
 #: URL's scheme and host depend on (``urlsplit`` ends the authority at the first ``/``, ``?`` or
 #: ``#``), so the host check and the abstraction parse a host once for all the URLs below it.
 URL_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]{0,240}(?=[/?#]|\Z)")
+
+
+@functools.lru_cache(maxsize=4096)
+def authority_hostname(authority: str) -> str | None:
+    """The host ``urlsplit`` reads in a ``scheme://authority`` prefix (a ``URL_AUTHORITY``
+    match): the host of every URL below it, parsed once. Raises ``ValueError`` where
+    ``urlsplit`` does (a failure is not remembered)."""
+    return urlsplit(authority).hostname
 
 _EMAIL = r"[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
 _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})\.)+[A-Za-z]{2,24}"

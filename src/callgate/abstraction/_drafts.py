@@ -7,14 +7,13 @@ A draft is an event before numbering, status, output and value flow are attached
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from callgate._identifiers import URL_AUTHORITY
+from callgate._identifiers import URL_AUTHORITY, authority_hostname
 from callgate.abstraction._catalog import ground
 from callgate.abstraction._scripts import (
     Effect,
@@ -90,17 +89,10 @@ def _host_of(url: Any) -> str | None:
         return None
     text = url if "://" in url else f"//{url}"
     found = URL_AUTHORITY.match(text)
-    return _hostname(text) if found is None else _remembered_hostname(found.group())
-
-
-def _hostname(url: str) -> str | None:
     try:
-        return urlsplit(url).hostname
+        return urlsplit(text).hostname if found is None else authority_hostname(found.group())
     except ValueError:
         return None
-
-
-_remembered_hostname = functools.lru_cache(maxsize=4096)(_hostname)
 
 
 def _add_effects(action: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -13,14 +13,13 @@ call object, even an equal one, gets a fresh scan, and a guard never reads anoth
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from callgate._identifiers import URL_AUTHORITY
+from callgate._identifiers import URL_AUTHORITY, authority_hostname
 from callgate._model import ToolCall
 from callgate.guards._decode import Forms, decode_all
 from callgate.guards._store import MAX_SCAN_CHARS
@@ -54,11 +53,10 @@ def data_bytes(text: str) -> int:
     return total
 
 
-@functools.lru_cache(maxsize=4096)
-def _host_parts(url: str) -> tuple[str, str, tuple[str, ...]]:
-    """The host ``urlsplit`` reads in ``url`` (lower-cased), its registrable domain and its
-    subdomain labels (none for an IP literal)."""
-    host = (urlsplit(url).hostname or "").lower()
+def _host_parts(hostname: str | None) -> tuple[str, str, tuple[str, ...]]:
+    """A host (lower-cased), its registrable domain and its subdomain labels (none for an IP
+    literal)."""
+    host = (hostname or "").lower()
     labels = host.split(".")
     return host, registrable(host), tuple(labels[:-2]) if not host.replace(".", "").isdigit() \
         else ()
@@ -81,10 +79,10 @@ def split_url(url: str) -> tuple[str, str, tuple[str, ...], str, str]:
     found = URL_AUTHORITY.match(url)
     if found is None or _REMOVED.search(url):
         parts = urlsplit(url)
-        return (*_host_parts(url), parts.path, parts.query)
+        return (*_host_parts(parts.hostname), parts.path, parts.query)
     rest = url[found.end():].split("#", 1)[0]
     path, _, query = rest.partition("?")
-    return (*_host_parts(found.group()), path, query)
+    return (*_host_parts(authority_hostname(found.group())), path, query)
 
 
 class HttpParts:
