@@ -13,6 +13,7 @@ call object, even an equal one, gets a fresh scan, and a guard never reads anoth
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Mapping
@@ -53,9 +54,10 @@ def data_bytes(text: str) -> int:
     return total
 
 
+@functools.lru_cache(maxsize=4096)
 def _host_parts(hostname: str | None) -> tuple[str, str, tuple[str, ...]]:
     """A host (lower-cased), its registrable domain and its subdomain labels (none for an IP
-    literal)."""
+    literal); worked out once per host."""
     host = (hostname or "").lower()
     labels = host.split(".")
     return host, registrable(host), tuple(labels[:-2]) if not host.replace(".", "").isdigit() \
