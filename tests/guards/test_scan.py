@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from callgate._model import ToolCall
 from callgate.guards import _scan
-from callgate.guards._scan import HttpParts, data_bytes, registrable, scan_of, split_url
+from callgate.guards._scan import (
+    HttpParts,
+    data_bytes,
+    query_values,
+    registrable,
+    scan_of,
+    split_url,
+)
 from callgate.kernel import Kernel
 from callgate.policy._schema import Policy
 
@@ -126,6 +133,22 @@ def _split_url_reading(url: str) -> tuple[object, ...]:
 @given(_URLS)
 def test_the_split_url_reads_host_path_and_query_as_urlsplit_does(url: str) -> None:
     assert _split_url_reading(url) == _urlsplit_reading(url)
+
+
+_QUERY_CHARS = st.sampled_from([*"aZ09=&;+%. \t\x00\u00e9", "%41", "%2", "%e9", "%C3%A9", "&&",
+                                "=="])
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.builds("".join, st.lists(_QUERY_CHARS, max_size=20)))
+def test_query_values_are_those_parse_qsl_reads(query: str) -> None:
+    assert query_values(query) == [v for _, v in parse_qsl(query, keep_blank_values=True)]
+
+
+@pytest.mark.parametrize("query", ["", "a", "a=", "=b", "a=1&b", "a=1&&b=2=3", "a=1;b=2",
+                                   "q=x+y", "q=%41%zz", "&", "a==b"])
+def test_query_values_agree_with_parse_qsl_on_the_edges(query: str) -> None:
+    assert query_values(query) == [v for _, v in parse_qsl(query, keep_blank_values=True)]
 
 
 @pytest.mark.parametrize("url", [

@@ -110,8 +110,9 @@ class Segment:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def size(self) -> int:
-        """The segment's length in bytes now."""
-        return os.fstat(self._fd).st_size
+        """The segment's length in bytes now (where its end is: ``lseek`` answers without
+        building the ``stat`` result ``fstat`` would; reads and appends do not use the offset)."""
+        return os.lseek(self._fd, 0, os.SEEK_END)
 
     def read(self, start: int, stop: int) -> bytes:
         """The bytes in ``[start, stop)`` (fewer when the file is shorter)."""

@@ -34,7 +34,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, NamedTuple, Self
+from typing import Any, Final, Literal, Self
 
 from callgate._clock import utc_second
 from callgate._errors import AuditError
@@ -82,6 +82,8 @@ _INSERT_EVENT: Final = (
     f"INSERT INTO events ({', '.join(EVENT_COLUMNS)})"
     f" VALUES ({', '.join('?' * len(EVENT_COLUMNS))})"
 )
+#: Where an index row holds the previous event's hash.
+_PREV_COLUMN: Final = EVENT_COLUMNS.index("prev_hash")
 _INSERT_RUN: Final = "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _COUNT_RUN: Final = "UPDATE runs SET event_count = ? WHERE run_id = ?"
 _END_RUN: Final = "UPDATE runs SET ended_at = ?, end_seq = ?, event_count = ? WHERE run_id = ?"
@@ -117,13 +119,36 @@ class _Run:
         self.manifest = manifest  # the hash of the manifest in force, carried by every event
 
 
-class _Entry(NamedTuple):
-    """A record of the segment not yet indexed: where its line lies, the record, its hash."""
+class _Entry:
+    """A record of the segment not yet indexed: where its line lies, its index row (every
+    column of it, ``event_row``) and its hash; the record itself only for a run's start or end,
+    which the ``runs`` row is made of.
 
-    start: int
-    end: int
-    record: dict[str, Any]
-    digest: str
+    What waits for the index holds scalars, not the record's nested dicts: up to a batch of
+    entries stays in memory, and the garbage collector would walk every record again and
+    again. (A plain class with slots: a ``NamedTuple``'s constructor runs as interpreted Python
+    even in the compiled build.)"""
+
+    __slots__ = ("digest", "end", "record", "row", "start")
+
+    def __init__(self, start: int, end: int, record: dict[str, Any], digest: str) -> None:
+        self.start = start
+        self.end = end
+        self.digest = digest
+        self.row = event_row(record, digest, start, end - start)
+        self.record = record if self.kind in ("run-start", "run-end") else None
+
+    @property
+    def seq(self) -> int:
+        return int(self.row[0])
+
+    @property
+    def run_id(self) -> str:
+        return str(self.row[2])
+
+    @property
+    def kind(self) -> str:
+        return str(self.row[4])
 
 
 def _now() -> str:
@@ -340,6 +365,15 @@ class AuditStore(LogWriter):
             raise AuditError(f"audit log {display(self._path)}: the line at byte {offset} of"
                              f" its segment is not a record: {exc}") from exc
 
+    def _pending_record(self, entry: _Entry) -> AuditRecord:
+        """An event not yet indexed, its record read back from the segment."""
+        record = self._line_record(entry.start, entry.end - entry.start)
+        if record.get("seq") != entry.seq:
+            raise AuditError(f"audit event {entry.seq}: its line in the segment holds"
+                             f" event {record.get('seq')!r}")
+        return AuditRecord(entry.seq, entry.kind, entry.run_id, str(record["ts"]),
+                           dict(record["payload"]), entry.digest, str(record.get("id", "")))
+
     def _check_anchor(self) -> None:
         """Refuse to write to a log that no longer matches its anchor (fail closed)."""
         where = None if self._signing is None else self._signing.anchor_path
@@ -357,7 +391,7 @@ class AuditStore(LogWriter):
         if seq == 0:
             return GENESIS_HASH
         for entry in self._pending:
-            if entry.record["seq"] == seq:
+            if entry.seq == seq:
                 return entry.digest
         row = self._conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
         return None if row is None else str(row[0])
@@ -568,16 +602,15 @@ class AuditStore(LogWriter):
         ops: list[tuple[str, Sequence[Any]]] = []
         runs: dict[str, tuple[dict[str, Any] | None, int, dict[str, Any] | None]] = {}
         for entry in entries:
-            record = entry.record
-            if (record["seq"], record["prev"]) != (head[0] + 1, head[1]):
+            row = entry.row
+            if (row[0], row[_PREV_COLUMN]) != (head[0] + 1, head[1]):
                 raise AuditError(f"the segment does not continue the index at event {head[0]}")
-            ops.append((_INSERT_EVENT, event_row(record, entry.digest, entry.start,
-                                                 entry.end - entry.start)))
-            run_id, kind = record["run_id"], record["kind"]
+            ops.append((_INSERT_EVENT, row))
+            run_id, kind = entry.run_id, entry.kind
             start, _, end = runs.get(run_id, (None, 0, None))
-            runs[run_id] = (record if kind == "run-start" else start, int(record["run_seq"]),
-                            record if kind == "run-end" else end)
-            head = (int(record["seq"]), entry.digest)
+            runs[run_id] = (entry.record if kind == "run-start" else start, int(row[3]),
+                            entry.record if kind == "run-end" else end)
+            head = (entry.seq, entry.digest)
         for run_id, (start, count, end) in runs.items():
             if start is not None:
                 ops.append((_INSERT_RUN, run_row(start, count, end)))
@@ -651,9 +684,9 @@ class AuditStore(LogWriter):
         known = [row[0] for row in rows]
         seen = set(known)
         for entry in self._pending:  # a read-only store's runs past its index
-            if entry.record["kind"] == "run-start" and entry.record["run_id"] not in seen:
-                known.append(entry.record["run_id"])
-                seen.add(entry.record["run_id"])
+            if entry.kind == "run-start" and entry.run_id not in seen:
+                known.append(entry.run_id)
+                seen.add(entry.run_id)
         return known
 
     def records(self, run_id: str) -> list[AuditRecord]:
@@ -673,8 +706,8 @@ class AuditStore(LogWriter):
                 out.append(AuditRecord(seq, kind, rid, timestamp, dict(record["payload"]),
                                        digest, event_id))
             last = out[-1].seq if out else 0
-            out.extend(_to_record(e) for e in self._pending
-                       if e.record["run_id"] == run_id and e.record["seq"] > last)
+            out.extend(self._pending_record(e) for e in self._pending
+                       if e.run_id == run_id and e.seq > last)
             return out
 
     def checkpoints(self) -> list[Checkpoint]:
@@ -750,11 +783,6 @@ def _batched(ops: Sequence[tuple[str, Sequence[Any]]]
     return out
 
 
-def _to_record(entry: _Entry) -> AuditRecord:
-    record = entry.record
-    return AuditRecord(int(record["seq"]), str(record["kind"]), str(record["run_id"]),
-                       str(record["ts"]), dict(record["payload"]), entry.digest,
-                       str(record.get("id", "")))
 
 
 def _enter_wal(conn: sqlite3.Connection, patience_s: float = 10.0) -> object:
