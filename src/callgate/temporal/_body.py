@@ -255,8 +255,11 @@ def kind_key(ev: Event, args: tuple[str, ...], *, taint: bool = True) -> tuple[o
     ``args``. A value that is not a string goes with its type: ``True`` and ``1`` are equal
     keys to Python, yet ``1`` is the number the language compares and ``True`` is not."""
     values = ev.args
-    return (ev.action, ev.status, ev.taint if taint else None,
-            *(v if type(v := values.get(a, _ABSENT)) is str else (type(v), v) for a in args))
+    key: list[object] = [ev.action, ev.status, ev.taint if taint else None]
+    for arg in args:  # (a loop: a generator unpacked into the tuple costs twice as much)
+        value = values.get(arg, _ABSENT)
+        key.append(value if type(value) is str else (type(value), value))
+    return tuple(key)
 
 
 def _atoms(body: n.Body, out: list[n.Atom]) -> None:
