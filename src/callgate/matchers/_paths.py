@@ -522,28 +522,42 @@ def canonical_parameters(
     ``PathRejected`` like ``canonical`` and for deep nesting.
     """
     extra = frozenset(p.lower() for p in extra_path_params)
+    rebuilt: dict[str, Any] = _Rebuild(working_dir, extra, shaped, resolved).value(
+        parameters, "", 0)
+    return rebuilt
 
-    def rebuild(value: Any, name: str, depth: int) -> Any:
+
+class _Rebuild:
+    """``canonical_parameters``' walk. (A class, not a nested function that calls itself: such
+    a function and its closure make a reference cycle on every call, left to the collector.)"""
+
+    __slots__ = ("extra", "resolved", "shaped", "working_dir")
+
+    def __init__(self, working_dir: str, extra: frozenset[str], shaped: bool,
+                 resolved: set[str] | None) -> None:
+        self.working_dir = working_dir
+        self.extra = extra
+        self.shaped = shaped
+        self.resolved = resolved
+
+    def value(self, value: Any, name: str, depth: int) -> Any:
         if depth > _MAX_DEPTH:
             raise PathRejected(f"parameters nest deeper than {_MAX_DEPTH} levels")
         if isinstance(value, Mapping):
-            return {k: rebuild(v, str(k), depth + 1) for k, v in value.items()}
+            return {k: self.value(v, str(k), depth + 1) for k, v in value.items()}
         if isinstance(value, list | tuple | set | frozenset):
-            return type(value)(rebuild(v, name, depth + 1) for v in value)
+            return type(value)(self.value(v, name, depth + 1) for v in value)
         text = _as_text(value)
         if text is None:
             return value
-        if (name and _is_path_name(name, extra)) or (
-                shaped and "\n" not in (stripped := text.strip()) and "\r" not in stripped
+        if (name and _is_path_name(name, self.extra)) or (
+                self.shaped and "\n" not in (stripped := text.strip()) and "\r" not in stripped
                 and _looks_like_path(stripped)):
-            made = canonical(text, working_dir)
-            if resolved is not None:
-                resolved.add(made)
+            made = canonical(text, self.working_dir)
+            if self.resolved is not None:
+                self.resolved.add(made)
             return made
         return value
-
-    rebuilt: dict[str, Any] = rebuild(parameters, "", 0)
-    return rebuilt
 
 
 # --------------------------------------------------------------------------- checking
