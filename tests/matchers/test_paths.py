@@ -465,6 +465,34 @@ def test_canonical_resolves_exactly_as_realpath_through_every_kind_of_symlink(
     assert canonical(value, str(maze)) == os.path.realpath(os.path.join(maze, value))
 
 
+def test_a_forked_child_resolves_paths_in_its_own_descriptor_table(tmp_path: Path) -> None:
+    # The descriptor of /proc/self/fd a process holds lists that process's table; a child that
+    # kept its parent's would read the name of whatever the parent holds at the same number.
+    mine, other = tmp_path / "mine.txt", tmp_path / "other.txt"
+    mine.write_text("x")
+    other.write_text("y")
+    expected = os.path.realpath(mine)
+    assert canonical(str(mine), str(tmp_path)) == expected  # the parent's is open now
+    go_read, go_write = os.pipe()
+    done_read, done_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: resolve once the parent holds `other` at the lowest free number
+        try:
+            os.read(go_read, 1)
+            os.write(done_write, canonical(str(mine), str(tmp_path)).encode())
+        finally:
+            os._exit(0)
+    held = os.open(other, os.O_RDONLY)  # the number the child's own open of `mine` gets
+    try:
+        os.write(go_write, b"1")
+        answer = os.read(done_read, 4096).decode()
+        os.waitpid(pid, 0)
+    finally:
+        for fd in (held, go_read, go_write, done_read, done_write):
+            os.close(fd)
+    assert answer == expected
+
+
 def test_canonical_of_a_fifo_neither_blocks_nor_opens_it(tmp_path: Path) -> None:
     # O_PATH opens no file for I/O: a FIFO with no writer resolves at once, as with lstat.
     os.mkfifo(tmp_path / "pipe")

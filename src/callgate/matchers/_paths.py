@@ -215,27 +215,59 @@ def _resolve(path: str, absolute: str) -> str:
 
 
 _O_PATH: int | None = getattr(os, "O_PATH", None)
-_OWN_FDS = "/proc/self/fd/"
+_OWN_FDS = "/proc/self/fd"
+#: A descriptor of ``/proc/self/fd`` (-1 when it cannot be opened), opened on first use:
+#: reading a link relative to it spares the kernel the walk of ``/proc/self/fd/`` on every
+#: path. It names the table of the process that opened it, so a forked child forgets it.
+_own_fds: list[int] = []
+
+
+def _own_fds_dir() -> int:
+    """The descriptor of this process's ``/proc/self/fd`` (see ``_own_fds``)."""
+    if _own_fds:
+        return _own_fds[0]
+    try:
+        fd = os.open(_OWN_FDS, (_O_PATH or 0) | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        fd = -1
+    _own_fds.append(fd)
+    if _own_fds[0] != fd:  # another thread opened it first: keep one
+        _own_fds.remove(fd)
+        if fd >= 0:
+            os.close(fd)
+    return _own_fds[0]
+
+
+def _forget_own_fds() -> None:
+    """In a forked child: the inherited descriptor lists the parent's table, not this one."""
+    if _own_fds and _own_fds[0] >= 0:
+        os.close(_own_fds[0])
+    _own_fds.clear()
+
+
+os.register_at_fork(after_in_child=_forget_own_fds)
 
 
 def _resolved_by_kernel(absolute: str) -> str | None:
     """``realpath`` of a path that exists, as the kernel resolved it: one ``open`` with
-    ``O_PATH`` (no I/O, no side effect, nothing read) and one ``readlink`` of its descriptor,
-    where ``realpath`` makes an ``lstat`` per component. None when the path does not open
-    (missing, a loop, a file used as a directory), when the descriptor's name is not a plain
-    absolute path (no ``/proc``, a deleted or unreachable file) or on a system without
-    ``O_PATH``: then ``realpath``'s own walk decides, as it always did. A test holds the two
-    equal on trees of symlinks. Under a concurrent rename the name is the one the file has
-    just after it was reached (where it now is), as ``realpath`` gives a name it had just
-    before: either way the executor opens the very name judged and refuses a change since."""
-    if _O_PATH is None:
+    ``O_PATH`` (no I/O, no side effect, nothing read) and one ``readlink`` of its descriptor
+    (in ``/proc/self/fd``, held open), where ``realpath`` makes an ``lstat`` per component.
+    None when the path does not open (missing, a loop, a file used as a directory), when the
+    descriptor's name is not a plain absolute path (no ``/proc``, a deleted or unreachable
+    file) or on a system without ``O_PATH``: then ``realpath``'s own walk decides, as it always
+    did. A test holds the two equal on trees of symlinks. Under a concurrent rename the name is
+    the one the file has just after it was reached (where it now is), as ``realpath`` gives a
+    name it had just before: either way the executor opens the very name judged and refuses a
+    change since."""
+    table = _own_fds_dir() if _O_PATH is not None else -1
+    if _O_PATH is None or table < 0:
         return None
     try:
         fd = os.open(absolute, _O_PATH | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        found = os.readlink(f"{_OWN_FDS}{fd}")
+        found = os.readlink(str(fd), dir_fd=table)
     except OSError:
         return None
     finally:
