@@ -26,9 +26,11 @@ loop has run ``--max-seconds`` (then ``n`` in the table says how many were timed
 
 **Growth**: one kernel per tree (defaults, no audit), in that tree's one process, is driven
 with a rotation of the three calls, all arguments distinct; after 10, 1,000, 10,000 and 100,000
-checks the p50 of the next 200 checks of each kind is taken; the table gives the ratio
-100k / 10. The trees build their runs up at the same time (nothing is timed then) and take their
-samples in turn. Each tree's run has a time budget (``--growth-seconds``,
+checks the next 200 checks of each kind are timed in three stretches, the trees taking turns
+between them, and the median of the three stretches' p50 is shown (one stretch alone caught a
+noisy moment of the shared machine now and then, 1.5 times slower for every call of it); the
+table gives the ratio 100k / 10. The trees build their runs up at the same time (nothing is
+timed then). Each tree's run has a time budget (``--growth-seconds``,
 ``--baseline-growth-seconds``); a tree too slow to reach a length within it says so.
 
 **Baseline**: the same code runs, in the same run, on callgate at ``--baseline REV`` (default
@@ -99,6 +101,8 @@ CONFIG_LABEL = {
 }
 GROWTH_LENGTHS = (10, 1_000, 10_000, 100_000)
 GROWTH_SAMPLE = 200
+#: Stretches the sample of each length is timed in, the trees taking turns; the median is kept.
+GROWTH_ROUNDS = 3
 WARMUP_S = 0.06
 DISTINCT_FILES = 20_000
 #: Where the page numbers of distinct calls start (seven digits for the whole run).
@@ -509,8 +513,13 @@ def measure_growth(workers: dict[str, _baseline.Worker], found: dict[str, dict[s
                 out[name]["steps"].append({"length": length, **filled})
                 print(f"growth {name} to {length:,}: {filled['error']}", file=sys.stderr)
                 live.remove(name)
-        for name in (live if step % 2 == 0 else live[::-1]):
-            got = workers[name].request({"op": "growth_sample", "sample": GROWTH_SAMPLE})
+        rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in live}
+        for round_ in range(GROWTH_ROUNDS):
+            for name in (live if (step + round_) % 2 == 0 else live[::-1]):
+                rounds[name].append(workers[name].request(
+                    {"op": "growth_sample", "sample": GROWTH_SAMPLE // GROWTH_ROUNDS}))
+        for name in live:
+            got = _median_sample(rounds[name])
             got["length"] = length
             out[name]["steps"].append(got)
             shown = (", ".join(f"{k} {v:.1f}" for k, v in got["p50_us"].items())
@@ -523,6 +532,16 @@ def measure_growth(workers: dict[str, _baseline.Worker], found: dict[str, dict[s
         if first and last:
             data["ratio_last_first"] = {k: last["p50_us"][k] / first["p50_us"][k] for k in KINDS}
     return out
+
+
+def _median_sample(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median p50 of each kind over a length's samples (the first error, if any)."""
+    failed = [r for r in rounds if "p50_us" not in r]
+    if failed:
+        return dict(failed[0])
+    return {"sample": sum(r["sample"] for r in rounds), "busy_s": rounds[-1]["busy_s"],
+            "p50_us": {k: statistics.median(r["p50_us"][k] for r in rounds) for k in KINDS},
+            "rounds": [r["p50_us"] for r in rounds]}
 
 
 def aggregate(reps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -744,8 +763,10 @@ def report(data: dict[str, Any]) -> str:
         "## Growth: p50 of a check as one run grows (defaults, no audit, distinct arguments)",
         "",
         f"One kernel per tree, in one process each; after L checks (a rotation of the three "
-        f"calls) the next {GROWTH_SAMPLE} checks of each kind are timed, the trees in turn "
-        f"(the build-up between samples runs in both trees at once, untimed). Time budget "
+        f"calls) the next {GROWTH_SAMPLE} checks of each kind are timed in {GROWTH_ROUNDS} "
+        f"stretches, the trees taking turns between them, and the median of the stretches' p50 "
+        f"is shown (the build-up between lengths runs in both trees at once, untimed). Time "
+        f"budget "
         f"{data['growth_seconds']:g} s for the measured tree, "
         f"{data['baseline_growth_seconds']:g} s for the baseline.", "",
         growth_table(data["growth"]),
