@@ -191,13 +191,17 @@ def _decoded(variants: tuple[bytes, ...]) -> list[str]:
     Where the pieces start and the outputs are cut depends on the lengths alone (``_plan``).
     """
     digits = [text.translate(None, _NOT_HEX) for text in variants]
-    hex_pieces, b64_pieces, cuts = _plan(tuple(len(d) for d in digits),
-                                         tuple(len(text) for text in variants))
+    # (lists, not generators, for the lengths and the pieces: compiled, a generator is an object)
+    hex_pieces, b64_pieces, cuts = _plan(tuple([len(d) for d in digits]),
+                                         tuple([len(text) for text in variants]))
+    chars: list[bytes] = []
+    for v, first, stop, fill in b64_pieces:
+        chars.append(variants[v][first:stop])
+        if fill:
+            chars.append(fill)
     outputs = (
         binascii.unhexlify(b"".join([digits[v][first:stop] for v, first, stop in hex_pieces])),
-        binascii.a2b_base64(b"".join([variants[v][first:stop] + fill
-                                      for v, first, stop, fill in b64_pieces]),
-                            strict_mode=True),
+        binascii.a2b_base64(b"".join(chars), strict_mode=True),
     )
     return _printable([outputs[side][first:stop] for side, first, stop in cuts])
 
