@@ -5,6 +5,8 @@ from __future__ import annotations
 import fnmatch
 import os
 import pathlib
+import select
+import signal
 from pathlib import Path
 
 import pytest
@@ -483,11 +485,15 @@ def test_a_forked_child_resolves_paths_in_its_own_descriptor_table(tmp_path: Pat
         finally:
             os._exit(0)
     held = os.open(other, os.O_RDONLY)  # the number the child's own open of `mine` gets
+    ready: list[int] = []
     try:
         os.write(go_write, b"1")
-        answer = os.read(done_read, 4096).decode()
-        os.waitpid(pid, 0)
+        ready, _, _ = select.select([done_read], [], [], 60)  # a child that fails cannot hang us
+        answer = os.read(done_read, 4096).decode() if ready else "(no answer from the child)"
     finally:
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
         for fd in (held, go_read, go_write, done_read, done_write):
             os.close(fd)
     assert answer == expected
