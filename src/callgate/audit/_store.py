@@ -366,12 +366,18 @@ class AuditStore(LogWriter):
             raise AuditError(f"audit log {display(self._path)}: the line at byte {offset} of"
                              f" its segment is not a record: {exc}") from exc
 
+    def _event_record(self, seq: int, offset: int, length: int) -> dict[str, Any]:
+        """The record of event ``seq`` from its line at ``offset`` (AuditError when the line
+        holds another event)."""
+        record = self._line_record(offset, length)
+        if record.get("seq") != seq:
+            raise AuditError(f"audit event {seq}: its line in the segment holds"
+                             f" event {record.get('seq')!r}")
+        return record
+
     def _pending_record(self, entry: _Entry) -> AuditRecord:
         """An event not yet indexed, its record read back from the segment."""
-        record = self._line_record(entry.start, entry.end - entry.start)
-        if record.get("seq") != entry.seq:
-            raise AuditError(f"audit event {entry.seq}: its line in the segment holds"
-                             f" event {record.get('seq')!r}")
+        record = self._event_record(entry.seq, entry.start, entry.end - entry.start)
         return AuditRecord(entry.seq, entry.kind, entry.run_id, str(record["ts"]),
                            dict(record["payload"]), entry.digest, str(record.get("id", "")))
 
@@ -700,10 +706,7 @@ class AuditStore(LogWriter):
         with self._lock:
             out = []
             for seq, kind, rid, timestamp, offset, length, digest, event_id in rows:
-                record = self._line_record(offset, length)
-                if record.get("seq") != seq:
-                    raise AuditError(f"audit event {seq}: its line in the segment holds"
-                                     f" event {record.get('seq')!r}")
+                record = self._event_record(seq, offset, length)
                 out.append(AuditRecord(seq, kind, rid, timestamp, dict(record["payload"]),
                                        digest, event_id))
             last = out[-1].seq if out else 0
@@ -782,8 +785,6 @@ def _batched(ops: Sequence[tuple[str, Sequence[Any]]]
         else:
             out.append((sql, [params]))
     return out
-
-
 
 
 def _enter_wal(conn: sqlite3.Connection, patience_s: float = 10.0) -> object:

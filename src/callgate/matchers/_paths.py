@@ -259,8 +259,10 @@ def _resolved_by_kernel(absolute: str) -> str | None:
     the one the file has just after it was reached (where it now is), as ``realpath`` gives a
     name it had just before: either way the executor opens the very name judged and refuses a
     change since."""
-    table = _own_fds_dir() if _O_PATH is not None else -1
-    if _O_PATH is None or table < 0:
+    if _O_PATH is None:
+        return None
+    table = _own_fds_dir()
+    if table < 0:
         return None
     try:
         fd = os.open(absolute, _O_PATH | os.O_CLOEXEC)
